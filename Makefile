@@ -1,0 +1,47 @@
+# Two entry points for a fresh machine: `make run` (demo) and `make test` (every test).
+# Every target sets up what it needs; the venv is rebuilt only when pyproject.toml changes.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint unit integration e2e bench soak system-deps clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+system-deps:
+	bash scripts/system-deps.sh
+
+run: $(STAMP)
+	$(BIN)/novikoff demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest learning consumers service tests/unit
+
+integration: $(STAMP) system-deps
+	$(BIN)/pytest tests/integration
+
+e2e: $(STAMP) system-deps
+	$(BIN)/pytest tests/e2e
+
+test: $(STAMP) system-deps lint
+	$(BIN)/pytest -m "not soak"
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+soak: $(STAMP) system-deps
+	$(BIN)/pytest -m soak tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
