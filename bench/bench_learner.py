@@ -1,0 +1,204 @@
+"""Prequential predict-then-learn throughput of the learning core against river.
+
+For d = 10, 100 and 1000 one synthetic stream is generated: x ~ N(0, I_d), a random teacher
+u over x̃ = (1, x) labels y = sign(u·x̃), and a fraction ``LABEL_NOISE`` of labels is flipped so
+the learner keeps making mistakes (and keeps adding voters) all along the stream. On that same
+stream, in the same run, three things are measured:
+
+* ``river.linear_model.Perceptron``: ``predict_one`` then ``learn_one`` per event on dicts;
+* a plain numpy reference perceptron (w·x̃ ≤ 0 → w += y·x̃ per event), whose update count ours
+  must equal exactly;
+* ours: ``Perceptron.learn_batch`` over the already decoded batch (what the consumer and the
+  offline trainer call), in batches of ``BATCH_SIZE``, with all three predictors (last, averaged,
+  voted) tracked prequentially — the default configuration.
+
+Records: ``learner_d{d}_vs_river`` (the bar: 10x, 30x, 100x), ``learner_d{d}_vs_numpy_loop``,
+``learner_d{d}_no_voted_vs_river`` (``prequential_voted=False``) and
+``learner_learn_one_d{d}_vs_river`` (our river-style per-event API on dicts, no bar).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from river import linear_model
+
+from bench import BenchRecord, best_time
+from learning import DenseEncoder, LabelMap, Perceptron, VocabularyEncoder
+
+logger = logging.getLogger(__name__)
+
+DIMENSIONS = (10, 100, 1000)
+BARS = {10: 10.0, 100: 30.0, 1000: 100.0}
+EVENTS = {10: 60_000, 100: 20_000, 1000: 4_000}
+QUICK_EVENTS = {10: 4_000, 100: 2_000, 1000: 500}
+LABEL_NOISE = 0.05
+BATCH_SIZE = 1_000
+REPEATS = 5
+SEED = 20_240_601
+LABELS = LabelMap({True: 1, False: -1})
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One synthetic stream in the three shapes the contenders take."""
+
+    X: NDArray[np.float64]
+    labels: NDArray[np.bool_]
+    rows: list[dict[str, float]]
+    encoded: NDArray[np.float64]
+    signs: NDArray[np.float64]
+
+
+def make_stream(dimension: int, n: int, seed: int = SEED) -> Stream:
+    """The noisy linearly labelled stream described in the module docstring."""
+    rng = np.random.default_rng(seed + dimension)
+    X = rng.standard_normal((n, dimension))
+    teacher = rng.standard_normal(dimension + 1)
+    labels = (teacher[0] + X @ teacher[1:]) >= 0
+    flips = rng.random(n) < LABEL_NOISE
+    labels = labels ^ flips
+    names = [f"x{j}" for j in range(dimension)]
+    rows = [dict(zip(names, row, strict=True)) for row in X.tolist()]
+    encoded = DenseEncoder(dimension).encode_batch(X)
+    signs = np.where(labels, 1.0, -1.0)
+    return Stream(X, labels, rows, encoded, signs)
+
+
+def river_run(stream: Stream) -> tuple[float, int]:
+    """(seconds, prequential mistakes) of river's Perceptron, predict then learn per event."""
+    model = linear_model.Perceptron()
+    mistakes = 0
+    start = time.perf_counter()
+    for row, label in zip(stream.rows, stream.labels.tolist(), strict=True):
+        if model.predict_one(row) != label:
+            mistakes += 1
+        model.learn_one(row, label)
+    return time.perf_counter() - start, mistakes
+
+
+def numpy_reference(stream: Stream) -> tuple[float, int, NDArray[np.float64]]:
+    """(seconds, updates, weights) of the plain per-event numpy perceptron."""
+    weights = np.zeros(stream.encoded.shape[1])
+    updates = 0
+    start = time.perf_counter()
+    for x, y in zip(stream.encoded, stream.signs.tolist(), strict=True):
+        if y * float(x @ weights) <= 0.0:
+            weights += y * x
+            updates += 1
+    return time.perf_counter() - start, updates, weights
+
+
+def ours_batch(stream: Stream, prequential_voted: bool = True) -> Perceptron:
+    """Learn the stream with learn_batch in BATCH_SIZE chunks; returns the learner."""
+    dimension = stream.X.shape[1]
+    model = Perceptron(
+        label_map=LABELS, encoder=DenseEncoder(dimension), prequential_voted=prequential_voted
+    )
+    for start in range(0, stream.encoded.shape[0], BATCH_SIZE):
+        stop = start + BATCH_SIZE
+        model.learn_batch(stream.encoded[start:stop], stream.signs[start:stop])
+    return model
+
+
+def ours_learn_one(stream: Stream) -> tuple[float, int]:
+    """(seconds, prequential mistakes) of our predict_one + learn_one on dicts."""
+    model = Perceptron(label_map=LABELS, encoder=VocabularyEncoder())
+    mistakes = 0
+    start = time.perf_counter()
+    for row, label in zip(stream.rows, stream.labels.tolist(), strict=True):
+        if model.predict_one(row) != label:
+            mistakes += 1
+        model.learn_one(row, label)
+    return time.perf_counter() - start, mistakes
+
+
+def warm_up() -> None:
+    """Compile (or load from the numba cache) every kernel outside the timed regions."""
+    stream = make_stream(3, 50)
+    ours_batch(stream)
+    ours_batch(stream, prequential_voted=False)
+    ours_learn_one(stream)
+
+
+def bench_dimension(dimension: int, n: int) -> list[BenchRecord]:
+    """All records for one dimension."""
+    stream = make_stream(dimension, n)
+    river_seconds, river_mistakes = river_run(stream)
+    numpy_seconds, numpy_updates, numpy_weights = numpy_reference(stream)
+    model = ours_batch(stream)
+    ours_seconds = best_time(lambda: ours_batch(stream), REPEATS)
+    no_voted_seconds = best_time(lambda: ours_batch(stream, prequential_voted=False), REPEATS)
+    one_seconds, one_mistakes = ours_learn_one(stream)
+    same_updates = model.n_updates == numpy_updates
+    same_weights = bool(np.array_equal(model.weights, numpy_weights))
+    if not same_updates:
+        logger.error(
+            "d=%d: ours made %d updates, numpy %d", dimension, model.n_updates, numpy_updates
+        )
+    details: dict[str, Any] = {
+        "events": n,
+        "batch_size": BATCH_SIZE,
+        "label_noise": LABEL_NOISE,
+        "river_prequential_mistakes": river_mistakes,
+        "ours_prequential_mistakes": model.prequential_mistakes,
+        "ours_updates": model.n_updates,
+        "numpy_reference_updates": numpy_updates,
+        "updates_equal_numpy_reference": same_updates,
+        "weights_equal_numpy_reference": same_weights,
+        "voters_kept": model.n_voters,
+        "voters_dropped": model.dropped_voters,
+        "ours_microseconds_per_event": 1e6 * ours_seconds / n,
+        "river_microseconds_per_event": 1e6 * river_seconds / n,
+    }
+    rate = n / ours_seconds
+    return [
+        BenchRecord(
+            f"learner_d{dimension}_vs_river",
+            rate,
+            n / river_seconds,
+            "events/s",
+            "river.linear_model.Perceptron predict_one+learn_one",
+            bar=BARS[dimension],
+            details=details,
+        ),
+        BenchRecord(
+            f"learner_d{dimension}_vs_numpy_loop",
+            rate,
+            n / numpy_seconds,
+            "events/s",
+            "plain numpy per-event perceptron (last weights only)",
+            details={"updates_equal": same_updates, "weights_equal": same_weights},
+        ),
+        BenchRecord(
+            f"learner_d{dimension}_no_voted_vs_river",
+            n / no_voted_seconds,
+            n / river_seconds,
+            "events/s",
+            "river.linear_model.Perceptron predict_one+learn_one",
+            details={"prequential_voted": False},
+        ),
+        BenchRecord(
+            f"learner_learn_one_d{dimension}_vs_river",
+            n / one_seconds,
+            n / river_seconds,
+            "events/s",
+            "river.linear_model.Perceptron predict_one+learn_one",
+            details={"ours_prequential_mistakes": one_mistakes, "path": "dicts, per event"},
+        ),
+    ]
+
+
+def run(quick: bool = False) -> list[BenchRecord]:
+    """Every learner benchmark."""
+    warm_up()
+    sizes = QUICK_EVENTS if quick else EVENTS
+    records: list[BenchRecord] = []
+    for dimension in DIMENSIONS:
+        records.extend(bench_dimension(dimension, sizes[dimension]))
+    return records

@@ -1,0 +1,16 @@
+"""Kafka ingestion: decode and validate events, dead-letter the bad ones, apply the good ones to the
+learner exactly once, and checkpoint everything atomically.
+
+Modules
+-------
+events
+    Record decoding and validation (fast vectorised path, precise per-record diagnosis).
+dlq
+    The dead-letter writer.
+checkpoint
+    The atomic, checksummed checkpoint store.
+engine
+    Learner + bound tracker + counters + partition offsets; immutable snapshots for readers.
+runner
+    The kafka-python consumer loop (group, rebalances, checkpoints, commits, reconnects).
+"""

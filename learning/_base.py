@@ -1,0 +1,329 @@
+"""What every perceptron learner shares: encoding, the batch kernel call, the three predictors.
+
+Each learner keeps three predictors at once and counts their prequential mistakes (predict with
+each, then learn):
+
+* ``last`` — the current weights w (the perceptron itself);
+* ``averaged`` — w̄, the mean of the post-event weights over every event seen (Freund &
+  Schapire's averaged perceptron), maintained lazily at a cost per update, not per event;
+* ``voted`` — Freund & Schapire's voted perceptron: every weight vector wₙ the learner has held
+  votes sign(wₙ·x̃) (or its argmax class) with weight cₙ, the number of events it survived.
+
+Voted, bounded memory
+---------------------
+A voter costs ``classes x dimension x 8`` bytes, so at most ``max_voters`` finished voters are
+kept (plus the live one): memory is bounded by ``max_voters x classes x dimension x 8`` bytes,
+allocated as needed. Below the bound the vote is exactly Freund & Schapire's. At the bound, the
+voter with the smallest survival count is dropped (the newcomer, when it is no larger): the vote
+is then the exact vote of the longest-surviving voters, and ``dropped_voters`` / ``dropped_votes``
+report how many voters and how much survival mass were left out. The averaged predictor never
+drops anything.
+
+Voted, prequential cost
+-----------------------
+Counting the voted predictor's prequential mistakes means a vote on every event. Voters are kept
+sorted by survival count and the vote stops as soon as the votes left cannot change its outcome,
+which on a stream the perceptron is learning usually takes the live voter and one or two others.
+On a stream with persistent noise the counts stay small and a vote may visit every voter
+(``max_voters`` extra dot products per event); ``prequential_voted=False`` then turns the
+per-event vote off (the voted predictor is still maintained and can predict).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from learning import _kernels as k
+from learning._arrays import LinearState
+from learning.encoders import Encoder, VocabularyEncoder
+from learning.errors import FeatureError
+from learning.predictor import (
+    PREDICTORS,
+    BatchResult,
+    Predictor,
+    PredictorName,
+    check_matrix,
+    fit_width,
+    predict_codes,
+    predictor_code,
+)
+
+if TYPE_CHECKING:
+    _ClassifierBase = object
+else:
+    try:  # river is optional: with it installed the learners are river classifiers.
+        from river.base import Classifier as _ClassifierBase
+    except ImportError:  # pragma: no cover - river is a dev dependency here
+        _ClassifierBase = object
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_VOTERS = 64
+
+
+class LinearLearner(_ClassifierBase):
+    """Base of the perceptron learners (not used directly)."""
+
+    multiclass: ClassVar[bool] = False
+    encoder: Encoder
+    predictor: PredictorName
+    max_voters: int
+    prequential_voted: bool
+    _state: LinearState
+
+    def _init_common(
+        self,
+        encoder: Encoder | None,
+        predictor: PredictorName,
+        max_voters: int,
+        prequential_voted: bool,
+    ) -> None:
+        predictor_code(predictor)
+        if max_voters < 1:
+            raise ValueError(f"max_voters must be at least 1, got {max_voters}")
+        self.encoder = encoder if encoder is not None else VocabularyEncoder()
+        self.predictor = predictor
+        self.max_voters = max_voters
+        self.prequential_voted = prequential_voted
+
+    # ------------------------------------------------------------------ abstract-ish hooks
+
+    def _rows(self) -> int:
+        raise NotImplementedError
+
+    def _check_targets(self, y: object, n: int) -> NDArray[Any]:
+        raise NotImplementedError
+
+    def _run_kernel(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[Any],
+        mistakes: NDArray[np.bool_],
+        predictions: NDArray[Any],
+        margins: NDArray[np.float64],
+    ) -> None:
+        raise NotImplementedError
+
+    def encode_labels(self, labels: Sequence[Hashable], *, grow: bool = False) -> NDArray[Any]:
+        """Labels → the codes :meth:`learn_batch` takes (±1 floats or class indices)."""
+        raise NotImplementedError
+
+    def decode_labels(self, codes: NDArray[Any]) -> list[Hashable]:
+        """Codes (as in :attr:`BatchResult.predictions`) → labels."""
+        return [self._decode(code) for code in np.asarray(codes).tolist()]
+
+    def _decode(self, code: float) -> Hashable:
+        raise NotImplementedError
+
+    def _label_tuple(self) -> tuple[Hashable, ...]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ learning
+
+    def learn_batch(self, X: NDArray[np.float64], y: NDArray[Any]) -> BatchResult:
+        """Predict-then-learn every row of X in order, in one compiled pass.
+
+        Parameters
+        ----------
+        X
+            Encoded events x̃, shape (n, dimension) (vocabulary encoders: any width up to the
+            encoder's current dimension).
+        y
+            ±1 floats (binary) or class indices (multiclass), shape (n,).
+
+        Nothing is learned when X or y is invalid: both are checked before the kernel runs.
+        """
+        matrix = self._fit_learning_width(check_matrix(X))
+        targets = self._check_targets(y, matrix.shape[0])
+        before = self._prequential_counts()
+        self._state.ensure_shape(self._rows(), matrix.shape[1])
+        n_voters = self._state.counter(k.N_VOTERS)
+        self._state.ensure_voter_capacity(n_voters + matrix.shape[0], self.max_voters)
+        mistakes, predictions, margins = self._outputs(matrix.shape[0])
+        self._run_kernel(matrix, targets, mistakes, predictions, margins)
+        after = self._prequential_counts()
+        return BatchResult(
+            mistakes=mistakes,
+            predictions=predictions,
+            margins=margins,
+            prequential_mistakes={name: after[name] - before[name] for name in after},
+            n_classes=self._state.rows if self.multiclass else 0,
+        )
+
+    def _fit_learning_width(self, matrix: NDArray[np.float64]) -> NDArray[np.float64]:
+        width = matrix.shape[1]
+        dimension = self._state.dimension
+        if width == dimension:
+            return matrix
+        if not self.encoder.growable:
+            raise FeatureError(
+                "wrong_dimension", f"expected vectors of dimension {dimension}, got {width}"
+            )
+        if width > self.encoder.dimension:
+            raise FeatureError(
+                "wrong_dimension",
+                f"X has {width} columns but the encoder knows only {self.encoder.dimension}; "
+                "encode events with this learner's encoder (grow=True when learning)",
+            )
+        if width > dimension:
+            return matrix
+        return fit_width(matrix, dimension, growable=True)
+
+    def learn_one(self, x: Any, y: Hashable) -> bool:
+        """Predict-then-learn one event (river style); True when it was a mistake (an update).
+
+        Nothing changes when the label or the features are invalid.
+        """
+        self._validate_label(y)
+        vector = self.encoder.encode(x, grow=True)
+        code = self.encode_labels([y], grow=True)
+        return self._learn_vector(vector, code)
+
+    def _learn_vector(self, vector: NDArray[np.float64], code: NDArray[Any]) -> bool:
+        """The single-event path: same kernel as learn_batch, minus the batch bookkeeping."""
+        if not getattr(self.encoder, "validated_output", False):
+            return bool(self.learn_batch(vector[None, :], code).mistakes[0])
+        state = self._state
+        row = vector[None, :]
+        if vector.shape[0] != state.weights.shape[1] or state.weights.shape[0] != self._rows():
+            row = self._fit_learning_width(row)
+            state.ensure_shape(self._rows(), row.shape[1])
+        if state.voter_counts.shape[0] < self.max_voters:
+            state.ensure_voter_capacity(state.counter(k.N_VOTERS) + 1, self.max_voters)
+        mistakes, predictions, margins = self._single_outputs()
+        self._run_kernel(row, code, mistakes, predictions, margins)
+        return bool(mistakes[0])
+
+    def _single_outputs(self) -> tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]:
+        outputs = getattr(self, "_outputs_of_one", None)
+        if outputs is None:
+            outputs = self._outputs(1)
+            self._outputs_of_one = outputs
+        return outputs
+
+    def _outputs(self, n: int) -> tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]:
+        prediction_type = np.int64 if self.multiclass else np.float64
+        return np.empty(n, dtype=np.bool_), np.empty(n, dtype=prediction_type), np.empty(n)
+
+    def _validate_label(self, label: Hashable) -> None:
+        """Raise before any state changes when ``label`` can never be accepted."""
+        self.encode_labels([label])
+
+    # ------------------------------------------------------------------ prediction
+
+    def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
+        """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
+        row = self.encoder.encode(x)[None, :]
+        if not getattr(self.encoder, "validated_output", False):
+            row = check_matrix(row)
+        row = fit_width(row, self._state.dimension, self.encoder.growable)
+        codes, _ = predict_codes(self._state, row, predictor_code(self.predictor), self.multiclass)
+        return self._decode(codes.tolist()[0])
+
+    def predict_many(
+        self, X: NDArray[np.float64], predictor: PredictorName | None = None
+    ) -> list[Hashable]:
+        """Labels for encoded rows (no learning); ``predictor`` defaults to the hyperparameter."""
+        codes, _ = self._predict(X, predictor or self.predictor)
+        return self.decode_labels(codes)
+
+    def _predict(
+        self, X: NDArray[np.float64], predictor: str
+    ) -> tuple[NDArray[Any], NDArray[np.float64]]:
+        which = predictor_code(predictor)
+        matrix = fit_width(check_matrix(X), self._state.dimension, self.encoder.growable)
+        return predict_codes(self._state, matrix, which, self.multiclass)
+
+    def snapshot(self) -> Predictor:
+        """An immutable, thread-safe copy of everything needed to predict."""
+        return Predictor(
+            version=self.version,
+            n_seen=self.n_seen,
+            labels=self._label_tuple(),
+            multiclass=self.multiclass,
+            default_predictor=self.predictor,
+            growable=self.encoder.growable,
+            _state=self._state.compact_copy(),
+        )
+
+    # ------------------------------------------------------------------ learned state
+
+    def _prequential_counts(self) -> dict[str, int]:
+        counts = {
+            "last": self._state.counter(k.PQ_LAST),
+            "averaged": self._state.counter(k.PQ_AVERAGED),
+        }
+        if self.prequential_voted:
+            counts["voted"] = self._state.counter(k.PQ_VOTED)
+        return counts
+
+    @property
+    def prequential_mistakes(self) -> dict[str, int]:
+        """Prequential mistakes of each tracked predictor since the start."""
+        return self._prequential_counts()
+
+    @property
+    def n_seen(self) -> int:
+        """Events learned from."""
+        return self._state.counter(k.SEEN)
+
+    @property
+    def n_updates(self) -> int:
+        """Perceptron updates (M_t, the mistakes the mistake bounds count)."""
+        return self._state.counter(k.UPDATES)
+
+    @property
+    def version(self) -> int:
+        """Increments with every update."""
+        return self.n_updates
+
+    @property
+    def dimension(self) -> int:
+        """len(x̃) the weights cover now."""
+        return self._state.dimension
+
+    @property
+    def n_voters(self) -> int:
+        """Finished voters kept for the vote (the live weights vote too)."""
+        return self._state.counter(k.N_VOTERS)
+
+    @property
+    def dropped_voters(self) -> int:
+        """Voters dropped at the ``max_voters`` bound (0 means the vote is exact)."""
+        return self._state.counter(k.DROPPED_VOTERS)
+
+    @property
+    def dropped_votes(self) -> int:
+        """Survival mass of the dropped voters."""
+        return self._state.counter(k.DROPPED_VOTES)
+
+    @property
+    def voters(self) -> list[tuple[int, NDArray[np.float64]]]:
+        """Kept finished voters (survival count, weights), largest count first."""
+        return self._state.voter_list()
+
+    # ------------------------------------------------------------------ persistence
+
+    def _params(self) -> dict[str, Any]:
+        return {
+            "predictor": self.predictor,
+            "max_voters": self.max_voters,
+            "prequential_voted": self.prequential_voted,
+        }
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{name}={value!r}" for name, value in self._params().items())
+        return f"{type(self).__name__}({params}, encoder={self.encoder!r})"
+
+    @property
+    def _multiclass(self) -> bool:
+        """river: whether the classifier handles more than two classes."""
+        return self.multiclass
+
+
+PREDICTOR_NAMES = PREDICTORS

@@ -1,0 +1,5 @@
+"""``python -m service``: the ``novikoff`` command."""
+
+from service.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,374 @@
+"""The HTTP API: predictions, model, stats, health, readiness and metrics.
+
+``create_app`` wires the routes to one engine (the model and its immutable snapshots), one
+consumer runner (readiness, lag) and one :class:`~service.metrics.Metrics`. ``POST /predict`` is
+answered before FastAPI's routing and middleware (see :class:`NovikoffApp`); its route is still
+declared so that ``/docs`` documents it and so that any other method on it gets a 405 problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from learning import Predictor
+from learning.encoders import Encoder
+from service import schemas
+from service.history import HistoryRecorder, StatsHistory
+from service.metrics import UNMATCHED_ROUTE, Metrics
+from service.predict import PredictHandler, PredictLimits, is_json_media_type
+from service.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_responses
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+PREDICT_PATH = "/predict"
+JSON_MEDIA_TYPE = "application/json"
+NOT_READY = 503
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class SnapshotView(Protocol):
+    """What the API reads from the engine's immutable snapshot."""
+
+    @property
+    def predictor(self) -> Predictor: ...
+
+    @property
+    def stats(self) -> Mapping[str, Any]: ...
+
+    @property
+    def model(self) -> Mapping[str, Any]: ...
+
+
+class EngineView(Protocol):
+    """What the API needs from the engine."""
+
+    @property
+    def snapshot(self) -> SnapshotView: ...
+
+    @property
+    def encoder(self) -> Encoder: ...
+
+
+class RunnerView(Protocol):
+    """What the API needs from the consumer runner."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def not_ready_reason(self) -> str | None: ...
+
+
+class NovikoffApp(FastAPI):
+    """FastAPI with ``POST /predict`` answered first, and every request timed.
+
+    The prediction path reads the body with the size limit, hands the bytes to
+    :class:`~service.predict.PredictHandler` and writes the bytes back; it never builds a
+    Request, a pydantic model or a Response object.
+    """
+
+    predict_handler: PredictHandler | None = None
+    metrics: Metrics | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)  # type: ignore[arg-type]
+            return
+        start = time.perf_counter()
+        handler = self.predict_handler
+        if handler is not None and scope["path"] == PREDICT_PATH and scope["method"] == "POST":
+            status = await _answer_predict(handler, scope, receive, send)
+            route = PREDICT_PATH
+        else:
+            status, route = await self._answer_routed(scope, receive, send)
+        if self.metrics is not None and status:
+            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)
+
+    async def _answer_routed(self, scope: Scope, receive: Receive, send: Send) -> tuple[int, str]:
+        status = 0
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        await super().__call__(scope, receive, send_and_watch)  # type: ignore[arg-type]
+        matched = scope.get("route")
+        route = getattr(matched, "path", UNMATCHED_ROUTE) if matched is not None else UNMATCHED_ROUTE
+        return status, str(route)
+
+
+async def _answer_predict(handler: PredictHandler, scope: Scope, receive: Receive, send: Send) -> int:
+    """Answer one ``POST /predict``; return the status sent (0 if the client went away)."""
+    try:
+        body = await _read_json_body(scope, receive, handler.limits.max_body_bytes)
+        if body is None:
+            return 0
+        status, payload, media_type = 200, handler.respond(body), JSON_MEDIA_TYPE
+    except Problem as problem:
+        status, payload, media_type = problem.status, problem.encode(), PROBLEM_MEDIA_TYPE
+    except Exception:
+        logger.exception("unexpected error answering POST /predict")
+        failure = Problem(500, "internal-error", "the server failed; this is a bug")
+        status, payload, media_type = 500, failure.encode(), PROBLEM_MEDIA_TYPE
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", media_type.encode()),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+    return status
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _read_json_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
+    """The request body, refusing a wrong media type or a body over ``limit`` before reading it.
+
+    Returns None when the client disconnects.
+    """
+    if not is_json_media_type(_header(scope, b"content-type")):
+        raise Problem(
+            415,
+            "unsupported-media-type",
+            "send the body as JSON with the header Content-Type: application/json",
+        )
+    declared = _header(scope, b"content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: int) -> Problem:
+    return Problem(
+        413,
+        "content-too-large",
+        f"the body is larger than {limit} bytes; split the instances over several requests",
+    )
+
+
+def _json(content: object, status: int = 200) -> Response:
+    return Response(
+        orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY),
+        status_code=status,
+        media_type=JSON_MEDIA_TYPE,
+    )
+
+
+def _readiness(engine: EngineView, runner: RunnerView) -> tuple[bool, str | None]:
+    if not runner.connected:
+        return False, runner.not_ready_reason or "the consumer is not connected to Kafka"
+    return True, None
+
+
+def create_app(
+    settings: Settings,
+    engine: EngineView,
+    runner: RunnerView,
+    metrics: Metrics,
+    history: StatsHistory | None = None,
+) -> FastAPI:
+    """The FastAPI application of the service.
+
+    Parameters
+    ----------
+    settings
+        The process settings (limits, default predictor).
+    engine
+        Holds the model; every read goes through its current immutable snapshot.
+    runner
+        The consumer, for readiness.
+    metrics
+        Exposed at ``/metrics``; HTTP latencies are recorded here.
+    history
+        The dashboard's learning-curve history; a fresh one when omitted. The app records
+        into it while it runs.
+    """
+    history = history if history is not None else StatsHistory()
+
+    def current_stats() -> dict[str, Any]:
+        ready, _ = _readiness(engine, runner)
+        return {**engine.snapshot.stats, "ready": ready}
+
+    recorder = HistoryRecorder(history, current_stats)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        recorder.start()
+        try:
+            yield
+        finally:
+            recorder.stop()
+
+    app = NovikoffApp(
+        title="novikoff",
+        summary="Online perceptron learning from Kafka, with live mistake bounds.",
+        version="0.1.0",
+        lifespan=lifespan,
+        default_response_class=Response,
+    )
+    app.state.history = history
+    app.state.settings = settings
+    app.metrics = metrics
+    app.predict_handler = PredictHandler(
+        snapshot=lambda: engine.snapshot.predictor,
+        encoder=engine.encoder,
+        limits=PredictLimits(
+            max_body_bytes=settings.http.max_body_bytes,
+            max_batch_size=settings.http.max_batch_size,
+            max_features=settings.http.max_features,
+        ),
+        default_predictor=settings.model.predictor,
+    )
+    install_problem_handlers(app)
+    _add_predict_route(app, settings)
+    _add_read_routes(app, engine, runner, metrics)
+    _include_dashboard(app)
+    return app
+
+
+def _add_predict_route(app: NovikoffApp, settings: Settings) -> None:
+    handler = app.predict_handler
+    assert handler is not None
+
+    @app.post(
+        PREDICT_PATH,
+        summary="Predict labels",
+        description=(
+            "Predict the label of one instance (`features`) or of a batch (`instances`) with the "
+            "current model snapshot. `predictor` picks `last`, `averaged` or `voted` (default: "
+            f"`{settings.model.predictor}`). Limits: {settings.http.max_body_bytes} bytes per "
+            f"body, {settings.http.max_batch_size} instances per batch, "
+            f"{settings.http.max_features} features per instance."
+        ),
+        openapi_extra={"requestBody": schemas.predict_request_body(settings)},
+        responses={
+            200: schemas.predict_responses(),
+            **problem_responses(400, 413, 415, 422),
+        },
+        response_model=None,
+    )
+    async def predict(request: Request) -> Response:
+        # Normally answered by NovikoffApp before routing; kept equivalent for other mountings.
+        body = await _read_json_body(request.scope, request.receive, handler.limits.max_body_bytes)
+        return Response(handler.respond(body or b""), media_type=JSON_MEDIA_TYPE)
+
+
+def _add_read_routes(
+    app: FastAPI, engine: EngineView, runner: RunnerView, metrics: Metrics
+) -> None:
+    @app.get(
+        "/model",
+        summary="The model",
+        description=(
+            "Variant, classes, coordinate names, bias, model version, counters, and the weights "
+            "of the `last` and `averaged` predictors in coordinate order (bias first); the voted "
+            "predictor reports its number of voters."
+        ),
+        responses={200: schemas.json_response(schemas.ModelDescription, "The model.")},
+        response_model=None,
+    )
+    def model() -> Response:
+        return _json(engine.snapshot.model)
+
+    @app.get(
+        "/stats",
+        summary="Learning statistics",
+        description=(
+            "Events learned, mistakes, prequential mistakes of each predictor, the radius R, the "
+            "mistake bound of each reference separator, invalid events by reason, and "
+            "per-partition offsets and lag."
+        ),
+        responses={200: schemas.json_response(schemas.Stats, "The statistics.")},
+        response_model=None,
+    )
+    def stats() -> Response:
+        ready, _ = _readiness(engine, runner)
+        return _json({**engine.snapshot.stats, "ready": ready})
+
+    @app.get(
+        "/healthz",
+        summary="Liveness",
+        description="200 while the process is serving.",
+        responses={200: schemas.json_response(schemas.Health, "Alive.")},
+        response_model=None,
+    )
+    def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get(
+        "/readyz",
+        summary="Readiness",
+        description=(
+            "200 when the model is loaded and the consumer is connected to Kafka; otherwise 503 "
+            "with a problem body whose `detail` gives the reason."
+        ),
+        responses={
+            200: schemas.json_response(schemas.Ready, "Ready."),
+            **problem_responses(NOT_READY),
+        },
+        response_model=None,
+    )
+    def readyz() -> Response:
+        ready, reason = _readiness(engine, runner)
+        metrics.set_ready(ready)
+        if not ready:
+            return Problem(NOT_READY, "not-ready", f"not ready: {reason}").response()
+        return _json({"status": "ready"})
+
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        description="Every novikoff_* metric in the Prometheus text format.",
+        responses={200: {"description": "Metrics.", "content": {CONTENT_TYPE_LATEST: {}}}},
+        response_model=None,
+    )
+    def prometheus_metrics() -> Response:
+        ready, _ = _readiness(engine, runner)
+        metrics.set_ready(ready)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _include_dashboard(app: FastAPI) -> None:
+    """The dashboard page and ``/stats/history`` (``service.dashboard``)."""
+    from service.dashboard import router
+
+    app.include_router(router)

@@ -1,0 +1,283 @@
+"""Every Prometheus metric of novikoff, built on a registry passed in (never the global one).
+
+The consumer updates them once per applied batch, from the same ``/stats`` dictionary the HTTP API
+serves, so ``/metrics`` and ``/stats`` always show the same numbers. Labels carry only a few
+values each: a reference name, a predictor, a reason code, a partition, a route. No label ever
+carries an event id, a record key or an offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+logger = logging.getLogger(__name__)
+
+PREDICTORS = ("last", "averaged", "voted")
+
+BATCH_SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+REQUEST_SECONDS_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+
+UNMATCHED_ROUTE = "unmatched"
+"""The ``route`` label of requests no route matched, so unknown paths add no series."""
+
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
+
+
+class Metrics:
+    """The novikoff metrics on one registry.
+
+    Parameters
+    ----------
+    registry
+        Where every metric is registered; ``/metrics`` exposes this registry only.
+
+    Examples
+    --------
+    >>> from prometheus_client import CollectorRegistry
+    >>> registry = CollectorRegistry()
+    >>> metrics = Metrics(registry)
+    >>> metrics.record_stats({"seen": 3, "mistakes": 2})
+    >>> registry.get_sample_value("novikoff_events_learned_total")
+    3.0
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._events_learned = Counter(
+            "novikoff_events_learned",
+            "Valid events applied to the model (predicted, then learned).",
+            registry=registry,
+        )
+        self._invalid_events = Counter(
+            "novikoff_invalid_events",
+            "Events rejected to the dead-letter topic, by reason code.",
+            ["reason"],
+            registry=registry,
+        )
+        self._mistakes = Counter(
+            "novikoff_mistakes",
+            "Perceptron mistakes, i.e. updates: events with y * (w . x) <= 0.",
+            registry=registry,
+        )
+        self._prequential_mistakes = Counter(
+            "novikoff_prequential_mistakes",
+            "Events each predictor got wrong before learning them (test-then-train).",
+            ["predictor"],
+            registry=registry,
+        )
+        self._bound = Gauge(
+            "novikoff_bound",
+            "Mistake bound (R/gamma)^2 + k(1 + 2R/gamma) for a reference separator.",
+            ["reference"],
+            registry=registry,
+        )
+        self._novikoff_bound = Gauge(
+            "novikoff_separable_bound",
+            "Novikoff's separable-case bound (R/gamma_min)^2; NaN once a margin is <= 0.",
+            ["reference"],
+            registry=registry,
+        )
+        self._gamma = Gauge(
+            "novikoff_bound_gamma",
+            "The gamma that minimises the bound for a reference separator.",
+            ["reference"],
+            registry=registry,
+        )
+        self._k = Gauge(
+            "novikoff_bound_k",
+            "Cumulative hinge deficit k at the minimising gamma for a reference separator.",
+            ["reference"],
+            registry=registry,
+        )
+        self._min_margin = Gauge(
+            "novikoff_reference_min_margin",
+            "Smallest normalised margin y * (u . x) / |u| of the reference separator so far.",
+            ["reference"],
+            registry=registry,
+        )
+        self._violated = Gauge(
+            "novikoff_bound_violated",
+            "1 when the mistakes exceed the reference's bound (a bug or a wrong radius), else 0.",
+            ["reference"],
+            registry=registry,
+        )
+        self._radius = Gauge(
+            "novikoff_radius",
+            "R: the largest norm of an augmented feature vector seen so far.",
+            registry=registry,
+        )
+        self._margin_estimate = Gauge(
+            "novikoff_margin_estimate",
+            "Diagnostic margin estimate over a recent window (not a certificate).",
+            registry=registry,
+        )
+        self._model_version = Gauge(
+            "novikoff_model_version",
+            "Model version: the number of updates applied to the weights.",
+            registry=registry,
+        )
+        self._weight_norm = Gauge(
+            "novikoff_weight_norm",
+            "Euclidean norm of the weights of each predictor (multiclass: of the whole matrix).",
+            ["predictor"],
+            registry=registry,
+        )
+        self._lag = Gauge(
+            "novikoff_consumer_lag",
+            "Records in a partition not yet applied: highwater minus next offset.",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self._ready = Gauge(
+            "novikoff_ready",
+            "1 when the model is loaded and the consumer is connected (what /readyz says).",
+            registry=registry,
+        )
+        self._batch_seconds = Histogram(
+            "novikoff_batch_processing_seconds",
+            "Time to decode, predict, learn and track one polled batch of events.",
+            buckets=BATCH_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self._batch_events = Counter(
+            "novikoff_batch_events",
+            "Records in the batches timed by novikoff_batch_processing_seconds.",
+            registry=registry,
+        )
+        self._request_seconds = Histogram(
+            "novikoff_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route template, method and status code.",
+            ["route", "method", "status"],
+            buckets=REQUEST_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self._totals: dict[str, float] = {}
+        self._lag_series: set[tuple[str, str]] = set()
+
+    # -- consumer side ------------------------------------------------------------------------
+
+    def record_stats(self, stats: Mapping[str, Any]) -> None:
+        """Bring every learning metric to the values of a ``/stats`` dictionary.
+
+        Counters advance by the difference to the last call, so after a restart from a checkpoint
+        they continue from the restored totals.
+        """
+        self._advance(self._events_learned, "seen", stats.get("seen"))
+        self._advance(self._mistakes, "mistakes", stats.get("mistakes"))
+        for predictor, count in dict(stats.get("prequential_mistakes") or {}).items():
+            self._advance(
+                self._prequential_mistakes.labels(predictor=predictor), f"pq:{predictor}", count
+            )
+        for reason, count in dict(stats.get("invalid") or {}).items():
+            self._advance(self._invalid_events.labels(reason=reason), f"invalid:{reason}", count)
+        _set(self._radius, stats.get("radius"))
+        _set(self._model_version, stats.get("model_version"))
+        margin = stats.get("margin_estimate")
+        if isinstance(margin, Mapping):
+            _set(self._margin_estimate, margin.get("value"))
+        for entry in stats.get("bounds") or ():
+            self._record_bound(entry)
+        if "partitions" in stats:
+            self._record_lag(stats["partitions"])
+        if "ready" in stats:
+            self._ready.set(1.0 if stats["ready"] else 0.0)
+
+    def record_weight_norms(self, norms: Mapping[str, float]) -> None:
+        """Set the weight norm of each predictor (``last``, ``averaged``, ``voted``)."""
+        for predictor, norm in norms.items():
+            _set(self._weight_norm.labels(predictor=predictor), norm)
+
+    def observe_batch(self, seconds: float, records: int) -> None:
+        """Time one applied batch of ``records`` records."""
+        self._batch_seconds.observe(seconds)
+        self._batch_events.inc(records)
+
+    def set_ready(self, ready: bool) -> None:
+        """Mirror the readiness ``/readyz`` reports."""
+        self._ready.set(1.0 if ready else 0.0)
+
+    def _advance(self, counter: Counter, key: str, total: object) -> None:
+        if not _is_number(total):
+            return
+        value = float(total)  # type: ignore[arg-type]
+        previous = self._totals.get(key, 0.0)
+        if value > previous:
+            counter.inc(value - previous)
+            self._totals[key] = value
+
+    def _record_bound(self, entry: Mapping[str, Any]) -> None:
+        name = str(entry.get("name"))
+        _set(self._bound.labels(reference=name), entry.get("bound"))
+        _set(self._novikoff_bound.labels(reference=name), entry.get("novikoff"))
+        _set(self._gamma.labels(reference=name), entry.get("gamma"))
+        _set(self._k.labels(reference=name), entry.get("k"))
+        _set(self._min_margin.labels(reference=name), entry.get("min_margin"))
+        self._violated.labels(reference=name).set(1.0 if entry.get("violated") else 0.0)
+
+    def _record_lag(self, partitions: Iterable[Mapping[str, Any]]) -> None:
+        current: set[tuple[str, str]] = set()
+        for row in partitions:
+            key = (str(row.get("topic")), str(row.get("partition")))
+            current.add(key)
+            _set(self._lag.labels(topic=key[0], partition=key[1]), row.get("lag"))
+        for gone in self._lag_series - current:
+            self._lag.remove(*gone)
+        self._lag_series = current
+
+    # -- HTTP side ----------------------------------------------------------------------------
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Time one HTTP request; ``route`` is the route template, never the raw path."""
+        method = method if method in KNOWN_METHODS else OTHER_METHOD
+        self._request_seconds.labels(route=route, method=method, status=str(status)).observe(
+            seconds
+        )
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _set(gauge: Gauge, value: object) -> None:
+    """Set a gauge; ``None`` (undefined, e.g. no bound yet) becomes NaN, the Prometheus idiom."""
+    if value is None:
+        gauge.set(math.nan)
+    elif _is_number(value):
+        gauge.set(float(value))  # type: ignore[arg-type]

@@ -1,0 +1,477 @@
+"""The service's configuration: one frozen object, built in one place by :func:`load_settings`.
+
+Sources, highest priority first:
+
+1. keyword arguments to :func:`load_settings` (tests and the CLI use them);
+2. ``NOVIKOFF_<SECTION>__<KEY>`` environment variables (lists and tables as JSON);
+3. ``KAFKA_BOOTSTRAP_SERVERS``, which names the broker;
+4. the TOML file named by ``NOVIKOFF_CONFIG`` (or the ``config_path`` argument);
+5. the defaults below, which ``config/default.toml`` documents one by one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+logger = logging.getLogger(__name__)
+
+CONFIG_ENV_VAR = "NOVIKOFF_CONFIG"
+ENV_PREFIX = "NOVIKOFF_"
+ENV_NESTED_DELIMITER = "__"
+BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
+
+# Tansu joins a consumer group in ~(rebalance timeout)/13; these keep a join at ~3 s.
+DEFAULT_SESSION_TIMEOUT_MS = 6_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
+DEFAULT_MAX_POLL_INTERVAL_MS = 10_000
+DEFAULT_MAX_POLL_RECORDS = 2_000
+DEFAULT_POLL_TIMEOUT_MS = 200
+
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_BATCH_SIZE = 10_000
+DEFAULT_MAX_FEATURES = 10_000
+
+DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
+DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
+DEFAULT_SHUTDOWN_DEADLINE_SECONDS = 15.0
+DEFAULT_MARGIN_WINDOW = 1_000
+DEFAULT_MAX_VOTERS = 64
+DEFAULT_VOCABULARY_SIZE = 65_536
+MAX_HASHING_BITS = 24
+MAX_REFERENCES = 16
+
+# Reference names become Prometheus label values and dashboard keys: short and plain.
+REFERENCE_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
+PERCEPTRON_LABELS = (-1, 1)
+
+
+class SettingsError(ValueError):
+    """The configuration cannot be used; the message lists every problem and how to fix it."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """Where events come from, where rejected events go, and how the consumer talks to Kafka."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = Field(default="events", min_length=1, max_length=249)
+    group_id: str = Field(default="novikoff", min_length=1)
+    dlq_topic: str | None = Field(default=None, min_length=1, max_length=249)
+    client_id: str = "novikoff"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    session_timeout_ms: int = Field(default=DEFAULT_SESSION_TIMEOUT_MS, gt=0)
+    heartbeat_interval_ms: int = Field(default=DEFAULT_HEARTBEAT_INTERVAL_MS, gt=0)
+    max_poll_interval_ms: int = Field(default=DEFAULT_MAX_POLL_INTERVAL_MS, gt=0)
+    max_poll_records: int = Field(default=DEFAULT_MAX_POLL_RECORDS, gt=0)
+    poll_timeout_ms: int = Field(default=DEFAULT_POLL_TIMEOUT_MS, gt=0)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str) -> str:
+        servers = [part.strip() for part in value.split(",") if part.strip()]
+        if not servers:
+            raise ValueError("name at least one broker as host:port")
+        for server in servers:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"{server!r} is not host:port (e.g. 127.0.0.1:9092)")
+        return ",".join(servers)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be below session_timeout_ms")
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and self.sasl_mechanism is None:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
+        if sasl and (self.sasl_plain_username is None or self.sasl_plain_password is None):
+            raise ValueError("SASL needs sasl_plain_username and sasl_plain_password")
+        return self
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """``dlq_topic``, or ``<topic>.dlq`` when it is not set."""
+        return self.dlq_topic or f"{self.topic}.dlq"
+
+    def client_config(self) -> dict[str, Any]:
+        """Keyword arguments shared by every kafka-python client (connection and security)."""
+        config: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers.split(","),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism is not None:
+            config["sasl_mechanism"] = self.sasl_mechanism
+            config["sasl_plain_username"] = self.sasl_plain_username
+            if self.sasl_plain_password is not None:
+                config["sasl_plain_password"] = self.sasl_plain_password.get_secret_value()
+        if self.security_protocol.endswith("SSL"):
+            config["ssl_check_hostname"] = self.ssl_check_hostname
+            for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+                value = getattr(self, key)
+                if value is not None:
+                    config[key] = str(value)
+            if self.ssl_password is not None:
+                config["ssl_password"] = self.ssl_password.get_secret_value()
+        return config
+
+    def consumer_config(self) -> dict[str, Any]:
+        """Keyword arguments for ``KafkaConsumer``: manual offsets, batch polling, group timing."""
+        return {
+            **self.client_config(),
+            "group_id": self.group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": self.auto_offset_reset,
+            "session_timeout_ms": self.session_timeout_ms,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "max_poll_interval_ms": self.max_poll_interval_ms,
+            "max_poll_records": self.max_poll_records,
+        }
+
+    def producer_config(self) -> dict[str, Any]:
+        """Keyword arguments for ``KafkaProducer`` (dead-letter writer, ``novikoff produce``)."""
+        return {**self.client_config(), "acks": "all"}
+
+
+class ModelSettings(_Section):
+    """What the learner looks like: variant, features, labels and the predictor served."""
+
+    variant: Literal["binary", "multiclass"] = "binary"
+    encoding: Literal["dense", "schema", "hashing", "vocabulary"] = "dense"
+    dim: int = Field(default=2, ge=1, le=DEFAULT_MAX_FEATURES)
+    feature_names: tuple[str, ...] = ()
+    hashing_bits: int = Field(default=10, ge=1, le=MAX_HASHING_BITS)
+    vocabulary_size: int = Field(default=DEFAULT_VOCABULARY_SIZE, ge=1)
+    bias: bool = True
+    predictor: Literal["last", "averaged", "voted"] = "averaged"
+    labels: dict[str, int] = Field(default_factory=lambda: {"-1": -1, "1": 1})
+    classes: tuple[str, ...] = ()
+    seed: int = Field(default=0, ge=0)
+    max_voters: int = Field(default=DEFAULT_MAX_VOTERS, ge=1)
+    prequential_voted: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSettings:
+        if self.encoding == "schema":
+            if not self.feature_names:
+                raise ValueError('encoding "schema" needs feature_names')
+            if len(set(self.feature_names)) != len(self.feature_names):
+                raise ValueError("feature_names has duplicates")
+        if self.variant == "binary":
+            self._check_binary_labels()
+        elif len(set(self.classes)) != len(self.classes) or len(self.classes) == 1:
+            raise ValueError(
+                "multiclass classes must be empty (discovered as they appear) or at least two "
+                "distinct names"
+            )
+        return self
+
+    def _check_binary_labels(self) -> None:
+        values = set(self.labels.values())
+        if not values <= set(PERCEPTRON_LABELS) or len(values) != len(PERCEPTRON_LABELS):
+            raise ValueError("labels must map event labels to both -1 and 1, e.g. {yes = 1, no = -1}")
+
+    @property
+    def feature_dimension(self) -> int | None:
+        """Number of raw features, bias excluded (None for a growing vocabulary)."""
+        if self.encoding == "schema":
+            return len(self.feature_names)
+        if self.encoding == "hashing":
+            return 1 << self.hashing_bits
+        if self.encoding == "vocabulary":
+            return None
+        return self.dim
+
+
+class ReferenceSettings(_Section):
+    """A reference separator ``u`` for the bound: inline weights or a JSON file of weights."""
+
+    name: str = Field(pattern=REFERENCE_NAME_PATTERN)
+    weights: tuple[float, ...] | tuple[tuple[float, ...], ...] | None = None
+    path: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ReferenceSettings:
+        if (self.weights is None) == (self.path is None):
+            raise ValueError(f"reference {self.name!r}: give exactly one of weights or path")
+        if self.path is not None and (self.path.is_absolute() or ".." in self.path.parts):
+            raise ValueError(
+                f"reference {self.name!r}: path must be relative to bound.reference_dir "
+                "and must not contain '..'"
+            )
+        return self
+
+
+class BoundSettings(_Section):
+    """The mistake bounds tracked live: γ grid and reference separators."""
+
+    gamma_grid: tuple[float, ...] | None = None
+    reference_dir: Path = Path("config/references")
+    references: tuple[ReferenceSettings, ...] = Field(default=(), max_length=MAX_REFERENCES)
+    margin_window: int = Field(default=DEFAULT_MARGIN_WINDOW, ge=1)
+
+    @field_validator("gamma_grid")
+    @classmethod
+    def _positive_grid(cls, value: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if value is not None and (not value or any(not (g > 0) for g in value)):
+            raise ValueError("gamma_grid must be a non-empty list of positive numbers")
+        if value is not None and any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError("gamma_grid must be strictly increasing")
+        return value
+
+    @field_validator("references")
+    @classmethod
+    def _unique_names(cls, value: tuple[ReferenceSettings, ...]) -> tuple[ReferenceSettings, ...]:
+        names = [ref.name for ref in value]
+        if len(set(names)) != len(names):
+            raise ValueError("reference names must be unique")
+        return value
+
+
+class HttpSettings(_Section):
+    """The HTTP API: where it listens and the limits that protect it."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65_535)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=64)
+    max_batch_size: int = Field(default=DEFAULT_MAX_BATCH_SIZE, ge=1)
+    max_features: int = Field(default=DEFAULT_MAX_FEATURES, ge=1)
+    access_log: bool = False
+
+
+class CheckpointSettings(_Section):
+    """Where the model is saved and how often."""
+
+    path: Path = Path("state")
+    every_events: int = Field(default=DEFAULT_CHECKPOINT_EVERY_EVENTS, ge=1)
+    every_seconds: float = Field(default=DEFAULT_CHECKPOINT_EVERY_SECONDS, gt=0)
+
+
+class LoggingSettings(_Section):
+    """How the service logs: one line per notable event, never one per normal event."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    json_lines: bool = Field(default=False, alias="json")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+
+class ServiceSettings(_Section):
+    """The process as a whole."""
+
+    shutdown_deadline_seconds: float = Field(default=DEFAULT_SHUTDOWN_DEADLINE_SECONDS, gt=0)
+
+
+class Settings(BaseSettings):
+    """Every setting of the service. Frozen: build it once with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        frozen=True,
+        extra="forbid",
+        case_sensitive=False,
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    model: ModelSettings = ModelSettings()
+    bound: BoundSettings = BoundSettings()
+    http: HttpSettings = HttpSettings()
+    checkpoint: CheckpointSettings = CheckpointSettings()
+    logging: LoggingSettings = LoggingSettings()
+    service: ServiceSettings = ServiceSettings()
+
+    @model_validator(mode="after")
+    def _references_fit_model(self) -> Settings:
+        features = self.model.feature_dimension
+        if features is None:
+            if self.bound.references:
+                raise ValueError(
+                    "bound.references need a fixed model dimension; the vocabulary encoding grows"
+                )
+            return self
+        expected = features + int(self.model.bias)
+        for ref in self.bound.references:
+            if ref.weights is not None:
+                reference_shape_problem = _reference_shape_problem(ref.weights, self.model, expected)
+                if reference_shape_problem:
+                    raise ValueError(f"bound.references {ref.name!r}: {reference_shape_problem}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            env_settings,
+            _BootstrapEnvSource(settings_cls),
+        ]
+        config_path = _CONFIG_PATH.get()
+        if config_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_path))
+        return tuple(sources)
+
+
+def _reference_shape_problem(
+    weights: tuple[float, ...] | tuple[tuple[float, ...], ...], model: ModelSettings, width: int
+) -> str | None:
+    """What is wrong with the shape of inline reference weights, if anything."""
+    coordinates = f"{width} coordinates (bias first when model.bias is true)"
+    if model.variant == "binary":
+        if weights and isinstance(weights[0], tuple):
+            return f"a binary model needs one vector of {coordinates}, not a matrix"
+        if len(weights) != width:
+            return f"has {len(weights)} weights; the model has {coordinates}"
+        return None
+    if not weights or not all(isinstance(row, tuple) for row in weights):
+        return f"a multiclass model needs one row per class, each of {coordinates}"
+    if model.classes and len(weights) != len(model.classes):
+        return f"has {len(weights)} rows; the model has {len(model.classes)} classes"
+    for row in weights:
+        assert isinstance(row, tuple)
+        if len(row) != width:
+            return f"a row has {len(row)} weights; the model has {coordinates}"
+    return None
+
+
+class _BootstrapEnvSource(PydanticBaseSettingsSource):
+    """``KAFKA_BOOTSTRAP_SERVERS``: the conventional variable that names the broker."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        servers = os.environ.get(BOOTSTRAP_ENV_VAR, "").strip()
+        return {"kafka": {"bootstrap_servers": servers}} if servers else {}
+
+
+# pydantic-settings builds its sources from the class, so load_settings() hands the file over
+# through a context variable for the duration of one call.
+_CONFIG_PATH: ContextVar[Path | None] = ContextVar("novikoff_config_path", default=None)
+
+
+def load_settings(config_path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Build the one settings object of the process.
+
+    Parameters
+    ----------
+    config_path
+        TOML file to read; defaults to ``$NOVIKOFF_CONFIG``; without either, code defaults apply.
+    **overrides
+        Section tables (e.g. ``http={"port": 0}``) that win over every other source.
+
+    Raises
+    ------
+    SettingsError
+        With one line per problem: where it is, what is wrong, what is expected.
+    """
+    path = _config_path(config_path)
+    _reject_unknown_env_vars()
+    token = _CONFIG_PATH.set(path)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, path)) from None
+    finally:
+        _CONFIG_PATH.reset(token)
+
+
+def _config_path(config_path: Path | str | None) -> Path | None:
+    raw = config_path if config_path is not None else os.environ.get(CONFIG_ENV_VAR)
+    if raw is None or str(raw) == "":
+        return None
+    path = Path(raw)
+    if not path.is_file():
+        raise SettingsError(f"config file {path} does not exist (named by {CONFIG_ENV_VAR}?)")
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    return path
+
+
+def _reject_unknown_env_vars() -> None:
+    sections = set(Settings.model_fields)
+    pattern = re.compile(
+        rf"^{ENV_PREFIX}([A-Za-z]+){ENV_NESTED_DELIMITER}[A-Za-z_]+$", flags=re.IGNORECASE
+    )
+    problems = []
+    for name in os.environ:
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV_VAR:
+            continue
+        match = pattern.match(name)
+        if match is None or match.group(1).lower() not in sections:
+            problems.append(
+                f"{name}: not a setting; use {ENV_PREFIX}<SECTION>__<KEY> with SECTION one of "
+                f"{', '.join(sorted(sections))}"
+            )
+    if problems:
+        raise SettingsError("invalid environment:\n  " + "\n  ".join(problems))
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    origin = f"config file {path}" if path else "defaults"
+    lines = [f"invalid settings ({origin}, {ENV_PREFIX}* environment, {BOOTSTRAP_ENV_VAR}):"]
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "settings"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting (check the spelling against config/default.toml)"
+        shown = _short(error.get("input"))
+        lines.append(f"  {where}: {message}" + (f" (got {shown})" if shown else ""))
+    return "\n".join(lines)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    if value is None or isinstance(value, Mapping):
+        return ""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,46 @@
+"""Topic creation for the demo, ``novikoff produce --partitions`` and tests."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from service.settings import KafkaSettings
+
+logger = logging.getLogger(__name__)
+
+REPLICATION_FACTOR = 1
+"""The demo and tests run one broker; real clusters create their topics with their own policy."""
+
+
+def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 1) -> list[str]:
+    """Create the topics in ``names`` that do not exist yet; return the ones created.
+
+    Parameters
+    ----------
+    kafka
+        Connection settings (bootstrap servers, security).
+    names
+        Topic names.
+    partitions
+        Partition count of each topic created.
+    """
+    admin = KafkaAdminClient(**kafka.client_config())
+    try:
+        existing = set(admin.list_topics())
+        wanted = [name for name in dict.fromkeys(names) if name not in existing]
+        created = []
+        for name in wanted:
+            try:
+                admin.create_topics([NewTopic(name, partitions, REPLICATION_FACTOR)])
+            except TopicAlreadyExistsError:
+                continue
+            created.append(name)
+            logger.info("created topic %s with %d partition(s)", name, partitions)
+        return created
+    finally:
+        admin.close()

@@ -1,0 +1,142 @@
+"""Metrics: novikoff_* on the registry passed in, values equal to /stats, clean exposition."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from service.metrics import Metrics
+
+
+def stats(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "seen": 10,
+        "mistakes": 4,
+        "prequential_mistakes": {"last": 4, "averaged": 3, "voted": 2},
+        "radius": 1.5,
+        "bounds": [
+            {
+                "name": "u",
+                "gamma": 0.25,
+                "k": 1.5,
+                "bound": 63.0,
+                "novikoff": None,
+                "min_margin": -0.1,
+                "violated": False,
+            }
+        ],
+        "margin_estimate": {"value": 0.05, "window": 1000, "note": "diagnostic"},
+        "invalid": {"not_json": 2, "non_finite": 1},
+        "partitions": [{"topic": "events", "partition": 0, "next_offset": 13, "lag": 7}],
+        "lag": 7,
+        "model_version": 4,
+        "ready": True,
+    }
+    base.update(changes)
+    return base
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def test_metrics_use_the_registry_passed_in(registry: CollectorRegistry) -> None:
+    Metrics(registry).record_stats(stats())
+    assert registry.get_sample_value("novikoff_events_learned_total") == 10
+    assert REGISTRY.get_sample_value("novikoff_events_learned_total") is None
+
+
+def test_two_instances_coexist() -> None:
+    Metrics(CollectorRegistry())
+    Metrics(CollectorRegistry())
+
+
+def test_values_follow_stats(registry: CollectorRegistry) -> None:
+    Metrics(registry).record_stats(stats())
+    value = registry.get_sample_value
+    assert value("novikoff_mistakes_total") == 4
+    assert value("novikoff_prequential_mistakes_total", {"predictor": "averaged"}) == 3
+    assert value("novikoff_invalid_events_total", {"reason": "not_json"}) == 2
+    assert value("novikoff_bound", {"reference": "u"}) == 63.0
+    assert value("novikoff_bound_gamma", {"reference": "u"}) == 0.25
+    assert value("novikoff_bound_k", {"reference": "u"}) == 1.5
+    assert value("novikoff_bound_violated", {"reference": "u"}) == 0
+    separable = value("novikoff_separable_bound", {"reference": "u"})
+    assert separable is not None and math.isnan(separable)
+    assert value("novikoff_radius") == 1.5
+    assert value("novikoff_model_version") == 4
+    assert value("novikoff_consumer_lag", {"topic": "events", "partition": "0"}) == 7
+    assert value("novikoff_ready") == 1
+    assert value("novikoff_margin_estimate") == 0.05
+
+
+def test_counters_advance_by_the_difference(registry: CollectorRegistry) -> None:
+    metrics = Metrics(registry)
+    metrics.record_stats(stats())
+    metrics.record_stats(stats(seen=25, mistakes=6, invalid={"not_json": 3, "non_finite": 1}))
+    metrics.record_stats(stats(seen=25, mistakes=6, invalid={"not_json": 3, "non_finite": 1}))
+    assert registry.get_sample_value("novikoff_events_learned_total") == 25
+    assert registry.get_sample_value("novikoff_mistakes_total") == 6
+    assert registry.get_sample_value("novikoff_invalid_events_total", {"reason": "not_json"}) == 3
+
+
+def test_revoked_partitions_lose_their_lag_series(registry: CollectorRegistry) -> None:
+    metrics = Metrics(registry)
+    two = [
+        {"topic": "events", "partition": 0, "lag": 1},
+        {"topic": "events", "partition": 1, "lag": 2},
+    ]
+    metrics.record_stats(stats(partitions=two))
+    metrics.record_stats(stats(partitions=two[:1]))
+    labels = {"topic": "events", "partition": "1"}
+    assert registry.get_sample_value("novikoff_consumer_lag", labels) is None
+
+
+def test_batch_and_request_histograms(registry: CollectorRegistry) -> None:
+    metrics = Metrics(registry)
+    metrics.observe_batch(0.002, 500)
+    metrics.observe_request("/predict", "POST", 200, 0.0003)
+    metrics.observe_request("/predict", "BREW", 405, 0.0003)
+    assert registry.get_sample_value("novikoff_batch_processing_seconds_count") == 1
+    assert registry.get_sample_value("novikoff_batch_events_total") == 500
+    labels = {"route": "/predict", "method": "POST", "status": "200"}
+    assert registry.get_sample_value("novikoff_http_request_duration_seconds_count", labels) == 1
+    other = {"route": "/predict", "method": "other", "status": "405"}
+    assert registry.get_sample_value("novikoff_http_request_duration_seconds_count", other) == 1
+
+
+def test_every_metric_is_named_novikoff_and_counters_end_in_total(
+    registry: CollectorRegistry,
+) -> None:
+    metrics = Metrics(registry)
+    metrics.record_stats(stats())
+    metrics.record_weight_norms({"last": 1.0, "averaged": 0.5})
+    for family in registry.collect():
+        assert family.name.startswith("novikoff_")
+        for sample in family.samples:
+            if family.type == "counter" and not sample.name.endswith("_created"):
+                assert sample.name.endswith("_total")
+            assert not {"id", "key", "offset"} & set(sample.labels)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_accepts_the_exposition(registry: CollectorRegistry) -> None:
+    metrics = Metrics(registry)
+    metrics.record_stats(stats())
+    metrics.record_weight_norms({"last": 1.0})
+    metrics.observe_batch(0.01, 10)
+    metrics.observe_request("/stats", "GET", 200, 0.001)
+    result = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=metrics.exposition(),
+        capture_output=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == b"" and result.stderr.strip() == b""
