@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain, groupby
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Protocol, runtime_checkable
@@ -50,9 +50,10 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from consumers._fastjson import LabelTable, parse_dense
 from consumers._scan import count_markers, count_markers_each, count_text_markers, nesting_depth
 from consumers.timestamps import all_valid_text_timestamps, valid_timestamp
-from learning.encoders import DenseEncoder, Encoder
+from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder
 from learning.errors import FEATURE_ERROR_CODES, FeatureError
 from learning.labels import ClassIndex, LabelMap
 
@@ -202,7 +203,6 @@ class PartitionSpan:
         return self.records - (self.row_stop - self.row_start)
 
 
-@dataclass(frozen=True)
 class DecodedBatch:
     """Valid events as one matrix, in record order, plus the rejections.
 
@@ -212,22 +212,45 @@ class DecodedBatch:
         Augmented feature vectors, shape (n_valid, dimension).
     y
         Encoded labels: ±1 float64 (binary) or class indices int64 (multiclass).
-    offsets
-        Source offset of each valid row.
-    event_ids
-        The ``id`` of each valid row (``None`` when absent).
     spans
-        Consecutive runs of one partition, in record order.
+        Consecutive runs of one partition, in record order; each says which rows of ``X`` are
+        its valid events.
     rejections
         Refused records, in record order.
+    row_records
+        Position in the decoded records of each row of ``X``.
     """
 
-    X: NDArray[np.float64]
-    y: NDArray[Any]
-    offsets: NDArray[np.int64]
-    event_ids: list[str | None]
-    spans: tuple[PartitionSpan, ...]
-    rejections: tuple[Rejection, ...] = field(default=())
+    __slots__ = (
+        "X",
+        "_event_ids",
+        "_id_source",
+        "_records",
+        "rejections",
+        "row_records",
+        "spans",
+        "y",
+    )
+
+    def __init__(
+        self,
+        *,
+        X: NDArray[np.float64],
+        y: NDArray[Any],
+        spans: tuple[PartitionSpan, ...],
+        rejections: tuple[Rejection, ...],
+        row_records: NDArray[np.int64],
+        records: Sequence[SourceRecord],
+        id_source: Callable[[], list[str | None]],
+    ) -> None:
+        self.X = X
+        self.y = y
+        self.spans = spans
+        self.rejections = rejections
+        self.row_records = row_records
+        self._records = records
+        self._id_source = id_source
+        self._event_ids: list[str | None] | None = None
 
     @property
     def records(self) -> int:
@@ -238,6 +261,20 @@ class DecodedBatch:
     def valid(self) -> int:
         """Number of valid events."""
         return int(self.X.shape[0])
+
+    @property
+    def event_ids(self) -> list[str | None]:
+        """The ``id`` of each valid row (``None`` when absent); built on first use."""
+        if self._event_ids is None:
+            self._event_ids = self._id_source()
+        return self._event_ids
+
+    @property
+    def offsets(self) -> NDArray[np.int64]:
+        """Source offset of each valid row."""
+        offsets = np.fromiter(map(_get_offset, self._records), np.int64, len(self._records))
+        result: NDArray[np.int64] = offsets[self.row_records]
+        return result
 
 
 class InvalidEventError(Exception):
@@ -342,6 +379,10 @@ class LabelLookup:
     def dtype(self) -> type[np.float64] | type[np.int64]:
         """dtype of encoded targets."""
         return self._dtype
+
+    def pairs(self) -> list[tuple[object, float | int]]:
+        """(label, target) for every non-boolean label, aliases included."""
+        return list(self._table.items())
 
     def encode(self, label: object) -> float | int:
         """The target of one label, or :class:`InvalidEventError` (``unknown_label``)."""
@@ -515,6 +556,76 @@ class _Fast:
     event_ids: list[str | None]
 
 
+class _Rows:
+    """Valid rows of one decoding tier: record positions, vectors, targets and ids."""
+
+    __slots__ = ("X", "ids", "index", "y")
+
+    def __init__(
+        self,
+        index: NDArray[np.int64],
+        X: NDArray[np.float64],
+        y: NDArray[Any],
+        ids: Callable[[], list[str | None]],
+    ) -> None:
+        self.index = index
+        self.X = X
+        self.y = y
+        self.ids = ids
+
+    @classmethod
+    def of(cls, fast: _Fast) -> _Rows:
+        event_ids = fast.event_ids
+        return cls(np.asarray(fast.index, dtype=np.int64), fast.X, fast.y, lambda: event_ids)
+
+    @classmethod
+    def of_events(
+        cls, index: list[int], events: list[Event], dtype: type[np.float64] | type[np.int64]
+    ) -> _Rows:
+        width = max(event.x.shape[0] for event in events)
+        X = np.zeros((len(events), width), dtype=np.float64)
+        for row, event in enumerate(events):
+            X[row, : event.x.shape[0]] = event.x
+        y = np.asarray([event.y for event in events], dtype=dtype)
+        event_ids = [event.event_id for event in events]
+        return cls(np.asarray(index, dtype=np.int64), X, y, lambda: event_ids)
+
+    @classmethod
+    def merge(
+        cls,
+        tiers: list[_Rows],
+        empty: NDArray[np.float64],
+        dtype: type[np.float64] | type[np.int64],
+    ) -> _Rows:
+        """All tiers' rows in record order."""
+        if not tiers:
+            return cls(np.empty(0, dtype=np.int64), empty, np.empty(0, dtype=dtype), list)
+        if len(tiers) == 1:
+            return tiers[0]
+        index = np.concatenate([tier.index for tier in tiers])
+        order = np.argsort(index, kind="stable")
+        width = max(tier.X.shape[1] for tier in tiers)
+        X = np.zeros((index.shape[0], width), dtype=np.float64)
+        start = 0
+        for tier in tiers:
+            X[start : start + tier.X.shape[0], : tier.X.shape[1]] = tier.X
+            start += tier.X.shape[0]
+        y = np.concatenate([tier.y for tier in tiers]).astype(dtype, copy=False)
+        sources = [tier.ids for tier in tiers]
+
+        def ids() -> list[str | None]:
+            combined = [event_id for source in sources for event_id in source()]
+            return [combined[i] for i in order.tolist()]
+
+        return cls(index[order], X[order], y[order], ids)
+
+
+@dataclass
+class _Compiled:
+    rows: _Rows
+    escalated: list[int]
+
+
 class EventDecoder:
     """Turns records into a :class:`DecodedBatch` for one model.
 
@@ -555,6 +666,9 @@ class EventDecoder:
         self._labels = labels
         self._grow = grow
         self._dense_features = encoder.n_features if isinstance(encoder, DenseEncoder) else None
+        self._compiled_labels = (
+            LabelTable(labels.pairs(), labels.dtype) if self._dense_features is not None else None
+        )
 
     @property
     def encoder(self) -> Encoder:
@@ -606,18 +720,68 @@ class EventDecoder:
         """Decode and validate ``records``; valid rows keep the records' order.
 
         Never raises for bad input: every record ends up either as a row of ``X`` or as a
-        :class:`Rejection`.
+        :class:`Rejection`. Three tiers, each exact: the compiled parser (dense models), then
+        orjson with bulk checks, then the precise per-record diagnosis for what is left.
         """
         values: list[Any] = list(map(_get_value, records))
-        objs, suspects = _decode_values(values)
+        tiers: list[_Rows] = []
+        pending: list[int] | None = None
+        if self._compiled_labels is not None:
+            compiled = self._decode_compiled(values)
+            if compiled is not None:
+                tiers.append(compiled.rows)
+                if not compiled.escalated:
+                    return self._assemble(records, tiers, [])
+                pending = compiled.escalated
+        pending_values = values if pending is None else [values[i] for i in pending]
+        objs, suspects = _decode_values(pending_values)
         candidates = _with_required_fields(objs, suspects)
-        if candidates is None:
-            fast = self._bulk(list(range(len(objs))), objs, values, suspects)
+        index = list(range(len(objs))) if candidates is None else candidates
+        fast = self._bulk(
+            index,
+            objs if candidates is None else [objs[i] for i in index],
+            pending_values if candidates is None else [pending_values[i] for i in index],
+            suspects,
+        )
+        if pending is not None:
+            fast.index = [pending[i] for i in fast.index]
+            suspect_list = sorted(pending[i] for i in suspects)
         else:
-            fast = self._bulk(
-                candidates, [objs[i] for i in candidates], [values[i] for i in candidates], suspects
+            suspect_list = sorted(suspects)
+        tiers.append(_Rows.of(fast))
+        return self._assemble(records, tiers, suspect_list)
+
+    def _decode_compiled(self, values: list[Any]) -> _Compiled | None:
+        labels = self._compiled_labels
+        assert labels is not None and self._dense_features is not None
+        try:
+            parsed = parse_dense(
+                values,
+                n_features=self._dense_features,
+                bias=self._encoder.bias,
+                labels=labels,
+                max_id_length=MAX_ID_LENGTH,
+                max_abs=MAX_ABS_FEATURE,
             )
-        return self._assemble(records, fast, sorted(suspects))
+        except TypeError:
+            return None
+        if parsed.accepted == len(values):
+            everything = np.arange(len(values), dtype=np.int64)
+            return _Compiled(
+                _Rows(
+                    everything, parsed.X, labels.targets[parsed.slots], parsed.event_ids(everything)
+                ),
+                [],
+            )
+        accepted = parsed.slots >= 0
+        index = np.flatnonzero(accepted)
+        rows = _Rows(
+            index,
+            parsed.X[accepted],
+            labels.targets[parsed.slots[accepted]],
+            parsed.event_ids(index),
+        )
+        return _Compiled(rows, np.flatnonzero(~accepted).tolist())
 
     def _bulk(
         self, index: list[int], rows: list[Any], values: list[Any], suspects: set[int]
@@ -628,6 +792,11 @@ class EventDecoder:
             if isinstance(outcome, _Fast):
                 outcome.index = index
                 return outcome
+            if all(outcome):
+                # A bulk check failed but no single row fails it: cannot happen unless a bulk
+                # check and its per-row twin disagree. Diagnose every row precisely instead.
+                logger.error("bulk validation could not isolate a failing row; checking each")
+                outcome = [False] * len(outcome)
             kept = [position for position, ok in enumerate(outcome) if ok]
             suspects.update(index[position] for position, ok in enumerate(outcome) if not ok)
             index = [index[position] for position in kept]
@@ -658,7 +827,9 @@ class EventDecoder:
             return [_row_id_ok(row) for row in rows]
         present_ts = stamps if with_ts == count else [t for t in stamps if t is not _MISSING]
         if present_ts and not _all_valid_ts(present_ts):
-            return [_row_ts_ok(row) for row in rows]
+            ts_verdict = [_row_ts_ok(row) for row in rows]
+            if not all(ts_verdict):
+                return ts_verdict
         strings = _strings(labels, present_ids, present_ts)
         named = self._dense_features is None
         if not _markers_balance(values, rows, keys, strings, named):
@@ -694,7 +865,7 @@ class EventDecoder:
             flat = np.fromiter(chain.from_iterable(features), np.float64, len(features) * width)
         except (TypeError, ValueError, OverflowError):
             return None
-        if not np.isfinite(flat).all():
+        if not (np.abs(flat) <= MAX_ABS_FEATURE).all():
             return None
         values = flat.reshape(len(features), width)
         if not self._encoder.bias:
@@ -710,7 +881,7 @@ class EventDecoder:
     # -- putting it together --------------------------------------------------------------------
 
     def _assemble(
-        self, records: Sequence[SourceRecord], fast: _Fast, suspects: list[int]
+        self, records: Sequence[SourceRecord], tiers: list[_Rows], suspects: list[int]
     ) -> DecodedBatch:
         rejections: list[Rejection] = []
         slow_index: list[int] = []
@@ -723,18 +894,18 @@ class EventDecoder:
             except InvalidEventError as exc:
                 rejections.append(_rejection(record, exc.reason, exc.message))
         if slow_events:
-            X, y, event_ids, order = _merge(fast, slow_index, slow_events, self._labels.dtype)
-        else:
-            X, y, event_ids, order = fast.X, fast.y, fast.event_ids, fast.index
-        all_offsets = np.fromiter(map(_get_offset, records), np.int64, len(records))
-        row_index = np.asarray(order, dtype=np.int64)
+            tiers.append(_Rows.of_events(slow_index, slow_events, self._labels.dtype))
+        rows = _Rows.merge(
+            [tier for tier in tiers if len(tier.index)], self._empty_matrix(), self._labels.dtype
+        )
         return DecodedBatch(
-            X=X,
-            y=y,
-            offsets=all_offsets[row_index],
-            event_ids=event_ids,
-            spans=_spans(records, all_offsets, row_index),
+            X=rows.X,
+            y=rows.y,
+            spans=_spans(records, rows.index),
             rejections=tuple(rejections),
+            row_records=rows.index,
+            records=records,
+            id_source=rows.ids,
         )
 
 
@@ -860,27 +1031,8 @@ def _row_id_ok(row: dict[str, Any]) -> bool:
     return True
 
 
-def _merge(
-    fast: _Fast,
-    slow_index: list[int],
-    slow_events: list[Event],
-    dtype: type[np.float64] | type[np.int64],
-) -> tuple[NDArray[np.float64], NDArray[Any], list[str | None], list[int]]:
-    """Fast and slow rows back in record order."""
-    index = fast.index + slow_index
-    order = np.argsort(np.asarray(index, dtype=np.int64), kind="stable")
-    width = max([fast.X.shape[1], *(event.x.shape[0] for event in slow_events)])
-    X = np.zeros((len(index), width), dtype=np.float64)
-    X[: len(fast.index), : fast.X.shape[1]] = fast.X
-    for row, event in enumerate(slow_events, start=len(fast.index)):
-        X[row, : event.x.shape[0]] = event.x
-    y = np.concatenate([fast.y, np.asarray([event.y for event in slow_events], dtype=dtype)])
-    event_ids = fast.event_ids + [event.event_id for event in slow_events]
-    return X[order], y[order], [event_ids[i] for i in order], [index[i] for i in order]
-
-
 def _spans(
-    records: Sequence[SourceRecord], offsets: NDArray[np.int64], row_index: NDArray[np.int64]
+    records: Sequence[SourceRecord], row_index: NDArray[np.int64]
 ) -> tuple[PartitionSpan, ...]:
     keys = list(map(_get_partition_key, records))
     if not keys:
@@ -897,8 +1049,8 @@ def _spans(
             PartitionSpan(
                 topic=topic,
                 partition=partition,
-                first_offset=int(offsets[start]),
-                last_offset=int(offsets[stop - 1]),
+                first_offset=records[start].offset,
+                last_offset=records[stop - 1].offset,
                 row_start=int(np.searchsorted(row_index, start)),
                 row_stop=int(np.searchsorted(row_index, stop)),
                 records=length,

@@ -114,6 +114,18 @@ class LinearState:
         order = self.voter_order[: self.counter(k.N_VOTERS)]
         return [(int(self.voter_counts[s]), self.voters[s].copy()) for s in order]
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the arrays."""
+        return sum(array.nbytes for array in self.arrays().values())
+
+    def copy(self) -> LinearState:
+        """A deep copy (same capacity), e.g. to restore after a refused batch."""
+        copy = LinearState.__new__(LinearState)
+        for name, array in self.arrays().items():
+            setattr(copy, name, array.copy())
+        return copy
+
     def compact_copy(self) -> LinearState:
         """A deep copy holding only the kept voters, in vote order (for snapshots)."""
         copy = LinearState.__new__(LinearState)
@@ -170,6 +182,8 @@ class LinearState:
             actual = getattr(self, name).shape
             if actual != shape:
                 raise StateError(f"array {name!r} has shape {actual}, expected {shape}")
+        if not 0 <= self.counter(k.ACTIVE_CLASSES) <= rows:
+            raise StateError(f"{self.counter(k.ACTIVE_CLASSES)} active classes for {rows} rows")
         n_voters = self.counter(k.N_VOTERS)
         if not 0 <= n_voters <= capacity:
             raise StateError(f"{n_voters} voters recorded but room for {capacity}")

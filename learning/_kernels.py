@@ -19,6 +19,12 @@ however a stream is cut into batches. Dot products use four explicit partial sum
 fixed order and no fast-math flags, so the rounding is fixed by the source and does not depend on
 the vector width LLVM picks for a given CPU: a checkpoint replays identically on another machine.
 
+Speed notes (measured in ``bench/``): the fixed-order sums are scalar, so at d = 1000 a
+fast-math or BLAS dot product would be about twice as fast, at the price of CPU-dependent
+rounding; replayable checkpoints were preferred. Rows are checked (finite, within
+±MAX_ABS_FEATURE) inside the kernel just before they are used, so large batches are read from
+memory once; the caller keeps the batch atomic (see ``LinearLearner.learn_batch``).
+
 State layout
 ------------
 Weights are stored as a matrix ``W`` of shape (rows, d): one row for a binary learner, one per
@@ -57,7 +63,8 @@ PQ_LAST = 7
 PQ_AVERAGED = 8
 PQ_VOTED = 9
 PQ_VOTED_SEEN = 10
-N_COUNTERS = 11
+ACTIVE_CLASSES = 11
+N_COUNTERS = 12
 
 LAST = 0
 AVERAGED = 1
@@ -243,7 +250,7 @@ def vote_decided(votes: Ints, n: int, remaining: int) -> bool:
             lead = v
         elif v > second:
             second = v
-    return lead - second > remaining
+    return bool(lead - second > remaining)
 
 
 @_jit
@@ -261,6 +268,15 @@ def first_invalid_row(X: Floats, limit: float) -> int:
         if not ok:
             return i
     return -1
+
+
+@_jit
+def row_ok(x: Floats, d: int, limit: float) -> bool:
+    """Whether every value of x[:d] is finite and within ±limit (vectorisable, no early exit)."""
+    ok = True
+    for j in range(d):
+        ok &= abs(x[j]) <= limit
+    return ok
 
 
 # --------------------------------------------------------------------------- voters
@@ -298,7 +314,7 @@ def voter_slot(count: int, voter_counts: Ints, voter_order: Ints, counters: Ints
     voter_counts[slot] = count
     counters[N_VOTERS] = n + 1
     counters[VOTE_TOTAL] += count
-    return slot
+    return int(slot)
 
 
 @_jit
@@ -374,17 +390,24 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     counters: Ints,
     max_voters: int,
     prequential_voted: bool,
+    limit: float,
     out_updates: NDArray[np.bool_],
     out_predictions: Floats,
     out_margins: Floats,
-) -> None:
-    """Prequential predict → mistake → update over a batch, binary labels y ∈ {-1, +1}."""
+) -> int:
+    """Prequential predict → mistake → update over a batch, binary labels y ∈ {-1, +1}.
+
+    With ``limit`` > 0 each row is checked (finite, within ±limit) just before it is used; the
+    first bad row stops the batch untouched from that row on, and its index is returned (else -1).
+    """
     n = X.shape[0]
     d = X.shape[1]
     w = weights[0]
     a = weight_sums[0]
     for i in range(n):
         x = X[i]
+        if limit > 0.0 and not row_ok(x, d, limit):
+            return i
         target = y[i]
         seen = counters[SEEN]
         live = seen - born[0]
@@ -409,18 +432,23 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             slot = voter_slot(live, voter_counts, voter_order, counters, max_voters)
             if slot >= 0:
                 voters[slot, 0, :d] = w[:d]
-            row_sq[0] = add_scaled(w, a, live, x, target, d)
+            row_sq[0] = add_scaled(w, a, live, x, target > 0.0, d)
             born[0] = seen
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
         counters[SEEN] = seen + 1
+    return -1
 
 
 @_jit
 def add_scaled(  # noqa: PLR0917 - numba kernels take positional arrays
-    w: Floats, a: Floats, live: int, x: Floats, step: float, d: int
+    w: Floats, a: Floats, live: int, x: Floats, positive: bool, d: int
 ) -> float:
-    """a += live·w, then w += step·x; returns the new ‖w‖² (four partial sums, fixed order)."""
+    """a += live·w, then w ± x; returns the new ‖w‖² (four partial sums, fixed order).
+
+    Updates are always ±x̃, so the step is an addition or a subtraction, never a product.
+    """
+    count = float(live)
     s0 = 0.0
     s1 = 0.0
     s2 = 0.0
@@ -431,14 +459,20 @@ def add_scaled(  # noqa: PLR0917 - numba kernels take positional arrays
         w1 = w[j + 1]
         w2 = w[j + 2]
         w3 = w[j + 3]
-        a[j] += live * w0
-        a[j + 1] += live * w1
-        a[j + 2] += live * w2
-        a[j + 3] += live * w3
-        w0 += step * x[j]
-        w1 += step * x[j + 1]
-        w2 += step * x[j + 2]
-        w3 += step * x[j + 3]
+        a[j] += count * w0
+        a[j + 1] += count * w1
+        a[j + 2] += count * w2
+        a[j + 3] += count * w3
+        if positive:
+            w0 += x[j]
+            w1 += x[j + 1]
+            w2 += x[j + 2]
+            w3 += x[j + 3]
+        else:
+            w0 -= x[j]
+            w1 -= x[j + 1]
+            w2 -= x[j + 2]
+            w3 -= x[j + 3]
         w[j] = w0
         w[j + 1] = w1
         w[j + 2] = w2
@@ -449,8 +483,8 @@ def add_scaled(  # noqa: PLR0917 - numba kernels take positional arrays
         s3 += w3 * w3
     for j in range(m, d):
         old = w[j]
-        a[j] += live * old
-        new = old + step * x[j]
+        a[j] += count * old
+        new = old + x[j] if positive else old - x[j]
         w[j] = new
         lane = j - m
         if lane == 0:
@@ -470,13 +504,13 @@ def update_row(  # noqa: PLR0917 - numba kernels take positional arrays
     row_sq: Floats,
     row: int,
     x: Floats,
-    step: float,
+    positive: bool,
     seen: int,
     d: int,
 ) -> None:
-    """W[row] += step·x with lazy averaging and the row's squared norm refreshed."""
+    """W[row] ± x with lazy averaging and the row's squared norm refreshed."""
     live = seen - born[row]
-    row_sq[row] = add_scaled(weights[row], weight_sums[row], live, x, step, d)
+    row_sq[row] = add_scaled(weights[row], weight_sums[row], live, x, positive, d)
     born[row] = seen
 
 
@@ -495,23 +529,36 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     rng: NDArray[np.uint64],
     max_voters: int,
     prequential_voted: bool,
+    limit: float,
     out_updates: NDArray[np.bool_],
     out_predictions: Ints,
     out_margins: Floats,
-) -> None:
-    """Prequential argmax → mistake → update over a batch, y = class indices."""
+) -> int:
+    """Prequential argmax → mistake → update over a batch, y = class indices.
+
+    The argmax runs over the classes active so far (``counters[ACTIVE_CLASSES]``): all declared
+    classes, or the discovered ones up to the current event. ``limit`` and the return value are
+    as in :func:`learn_binary`.
+    """
     n = X.shape[0]
     d = X.shape[1]
-    n_classes = weights.shape[0]
-    scores = np.empty(n_classes)
-    sum_scores = np.empty(n_classes)
-    scratch = np.empty(n_classes)
-    votes = np.zeros(n_classes, dtype=np.int64)
+    rows = weights.shape[0]
+    scores = np.empty(rows)
+    sum_scores = np.empty(rows)
+    scratch = np.empty(rows)
+    votes = np.zeros(rows, dtype=np.int64)
     for i in range(n):
         x = X[i]
+        if limit > 0.0 and not row_ok(x, d, limit):
+            return i
         target = y[i]
         seen = counters[SEEN]
         state = rng[0]
+        # A discovered class takes part from the first event that carries it, exactly as when
+        # the events are learned one at a time.
+        if target >= counters[ACTIVE_CLASSES]:
+            counters[ACTIVE_CLASSES] = target + 1
+        n_classes = counters[ACTIVE_CLASSES]
         for c in range(n_classes):
             s, sa = dot2(weights[c], weight_sums[c], x, d)
             scores[c] = s
@@ -551,11 +598,12 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
             slot = voter_slot(live, voter_counts, voter_order, counters, max_voters)
             if slot >= 0:
                 voters[slot] = weights
-            update_row(weights, weight_sums, born, row_sq, target, x, 1.0, seen, d)
-            update_row(weights, weight_sums, born, row_sq, predicted, x, -1.0, seen, d)
+            update_row(weights, weight_sums, born, row_sq, target, x, True, seen, d)
+            update_row(weights, weight_sums, born, row_sq, predicted, x, False, seen, d)
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
         counters[SEEN] = seen + 1
+    return -1
 
 
 @_jit
@@ -572,7 +620,7 @@ def multiclass_margin(scores: Floats, n_classes: int, target: int, row_sq: Float
         norm_sq += row_sq[c]
     if norm_sq <= 0.0:
         return 0.0
-    return (scores[target] - rival) / math.sqrt(norm_sq)
+    return float((scores[target] - rival) / math.sqrt(norm_sq))
 
 
 # --------------------------------------------------------------------------- prediction
@@ -640,11 +688,13 @@ def predict_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
 ) -> None:
     """Predicted class indices and per-class scores of one predictor (ties as when learning).
 
+    Only the active classes (``counters[ACTIVE_CLASSES]`` ≥ 1) compete; other scores stay 0.
+
     Scores: last → W·x̃; averaged → W̄·x̃; voted → each class's share of the survival-weighted vote.
     """
     n = X.shape[0]
     d = X.shape[1]
-    n_classes = weights.shape[0]
+    n_classes = counters[ACTIVE_CLASSES]
     seen = counters[SEEN]
     live = seen - counters[BORN_MODEL]
     scores = np.empty(n_classes)

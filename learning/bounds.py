@@ -15,8 +15,8 @@ After every event the tracker knows
 Why these are certificates: for a fixed unit u and any gamma > 0 the perceptron's proof gives
 u·w_M ≥ (M - k)gamma - kR (a bad event still has margin ≥ -R) and ‖w_M‖² ≤ M R², hence
 M ≤ (R/gamma)² + k(1 + 2R/gamma) for every gamma separately. The minimum over any set of gamma
-values is therefore valid too, whichever set is used. M_t ≤ B_t is a theorem, so a violation means a bug or
-a reference that is not what it claims; the tracker flags it and logs an error.
+values is therefore valid too, whichever set is used. M_t ≤ B_t is a theorem, so a violation
+means a bug or a reference that is not what it claims; the tracker flags it and logs an error.
 
 The gamma grid. By default a fixed geometric grid from 10⁻⁶ to 10⁶ with 12 points per decade
 (145 values): adjacent values differ by a factor 10^(1/12) ≈ 1.21, so the grid minimum is within
@@ -104,10 +104,10 @@ class Reference:
         array = np.array(weights, dtype=np.float64)
         if array.ndim not in (1, 2) or array.size == 0:
             raise ValueError(f"reference {name!r} must be a non-empty vector or matrix")
-        norm = float(np.linalg.norm(array))
-        if not math.isfinite(norm) or norm == 0.0:
+        if not np.isfinite(array).all() or not array.any():
             raise ValueError(f"reference {name!r} must be finite and non-zero")
-        unit = array / norm
+        scaled = array / np.abs(array).max()  # no underflow or overflow in the norm
+        unit = scaled / np.linalg.norm(scaled)
         unit.flags.writeable = False
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "weights", unit)
@@ -132,7 +132,8 @@ class BoundStatus:
     """The bound for one reference after the events seen so far.
 
     ``radius`` is R_t (multiclass bounds use R' = √2·R_t); ``novikoff`` is ``None`` once some
-    margin is ≤ 0; ``min_margin`` is ``None`` before any event.
+    margin is ≤ 0 (and ``inf`` when the smallest margin is so tiny the ratio overflows);
+    ``min_margin`` is ``None`` before any event.
     """
 
     name: str
@@ -375,7 +376,8 @@ class BoundTracker:
         seen = self.seen
         novikoff = None
         if seen and min_margin > 0.0:
-            novikoff = (effective / min_margin) ** 2
+            ratio = effective / min_margin
+            novikoff = ratio * ratio  # inf when a margin is tiny beyond float range
         event = int(self._violation_event[r])
         violation = None
         if event != k.NO_VIOLATION:

@@ -37,6 +37,7 @@ dot product, weight, squared norm or averaging sum can overflow for any realisti
 (|w_j| ≤ M·10¹⁰⁰ after M updates, so ‖w‖², w·x̃ stay below 10³⁰⁸ while M·d < 10¹⁰⁰)."""
 DEFAULT_MAX_FEATURES = 65_536
 SMALL_DIMENSION = 256
+SMALL_VECTOR = 64
 DEFAULT_HASH_BITS = 18
 MAX_HASH_BITS = 24
 HASH_DIGEST_BYTES = 8
@@ -44,8 +45,6 @@ SIGN_BIT = 63
 HASH_CACHE_SIZE = 65_536
 
 FeatureName = str | int
-Features = Mapping[Any, Any] | Sequence[Any] | NDArray[Any]
-
 _PLAIN_NUMBER_TYPES = frozenset({float, int})
 
 
@@ -74,7 +73,9 @@ class Encoder(Protocol):
         """x̃ for one event."""
         ...
 
-    def encode_batch(self, rows: Sequence[Any], *, grow: bool = False) -> NDArray[np.float64]:
+    def encode_batch(
+        self, rows: Sequence[Any] | NDArray[Any], *, grow: bool = False
+    ) -> NDArray[np.float64]:
         """x̃ for many events, shape (n, dimension)."""
         ...
 
@@ -164,18 +165,32 @@ def _check_name(name: object) -> FeatureName:
     return name
 
 
-def _plain_values(values: list[Any]) -> bool:
-    """Whether every value is a plain int/float, finite and within ±MAX_ABS_FEATURE (C-speed).
+def _plain_vector(prefix: list[float], values: list[Any]) -> NDArray[np.float64] | None:
+    """``prefix + values`` as x̃ when every value is a plain int/float, finite and within
+    ±MAX_ABS_FEATURE; ``None`` when some value needs the precise, per-value path.
 
-    A NaN or infinity makes the sum non-finite; a finite sum cannot overflow here unless some
-    value is beyond the range checked next, so the test is exact.
+    The checks run at C speed: a type census, then either Python's sum/min/max (a NaN or an
+    infinity makes the sum non-finite; a finite sum cannot overflow unless some value is out of
+    the range checked next) or, for many values, numpy on the converted vector.
     """
-    return (
-        set(map(type, values)) <= _PLAIN_NUMBER_TYPES
-        and math.isfinite(sum(values))
-        and min(values) >= -MAX_ABS_FEATURE
-        and max(values) <= MAX_ABS_FEATURE
-    )
+    if not set(map(type, values)) <= _PLAIN_NUMBER_TYPES:
+        return None
+    if len(values) <= SMALL_VECTOR:
+        if not (
+            math.isfinite(sum(values))
+            and min(values) >= -MAX_ABS_FEATURE
+            and max(values) <= MAX_ABS_FEATURE
+        ):
+            return None
+        return np.array(prefix + values, dtype=np.float64)
+    combined = prefix + values
+    try:
+        vector = np.fromiter(combined, dtype=np.float64, count=len(combined))
+    except OverflowError:
+        return None
+    if not (np.abs(vector) <= MAX_ABS_FEATURE).all():
+        return None
+    return vector
 
 
 def _as_mapping(features: Any) -> Mapping[Any, Any]:
@@ -211,7 +226,9 @@ class _EncoderBase:
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         raise NotImplementedError
 
-    def encode_batch(self, rows: Sequence[Any], *, grow: bool = False) -> NDArray[np.float64]:
+    def encode_batch(
+        self, rows: Sequence[Any] | NDArray[Any], *, grow: bool = False
+    ) -> NDArray[np.float64]:
         """Encode many events; a bad row raises its :class:`FeatureError` with ``index`` set.
 
         With ``grow=True`` a vocabulary grows with the valid rows before the bad one (they are
@@ -278,7 +295,9 @@ class DenseEncoder(_EncoderBase):
         out[1:] = values
         return out
 
-    def encode_batch(self, rows: Sequence[Any], *, grow: bool = False) -> NDArray[np.float64]:
+    def encode_batch(
+        self, rows: Sequence[Any] | NDArray[Any], *, grow: bool = False
+    ) -> NDArray[np.float64]:
         if isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.dtype.kind in "fiu":
             return self._encode_matrix(rows)
         return super().encode_batch(rows, grow=grow)
@@ -368,9 +387,9 @@ class SchemaEncoder(_EncoderBase):
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         mapping = _as_mapping(features)
         if len(mapping) == len(self.names) and tuple(mapping) == self.names:
-            values = list(mapping.values())
-            if _plain_values(values):
-                return np.array(self._prefix + values, dtype=np.float64)
+            fast = _plain_vector(self._prefix, list(mapping.values()))
+            if fast is not None:
+                return fast
         lookup = self._positions.get
         positions: list[int] = []
         values = []
@@ -448,9 +467,9 @@ class VocabularyEncoder(_EncoderBase):
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         mapping = _as_mapping(features)
         if self._in_order is not None and tuple(mapping) == self._in_order:
-            values = list(mapping.values())
-            if _plain_values(values):
-                return np.array(self._prefix + values, dtype=np.float64)
+            fast = _plain_vector(self._prefix, list(mapping.values()))
+            if fast is not None:
+                return fast
         lookup = self._positions.get
         positions: list[int] = []
         values = []
@@ -549,7 +568,7 @@ class HashingEncoder(_EncoderBase):
             raise ValueError(f"n_bits must be in 1..{MAX_HASH_BITS}, got {n_bits}")
         self.n_bits = n_bits
         self.bias = bias
-        self._cache: dict[FeatureName, tuple[int, float]] = {}
+        self._cache: dict[Hashable, tuple[int, float]] = {}
 
     @property
     def n_buckets(self) -> int:
@@ -567,7 +586,7 @@ class HashingEncoder(_EncoderBase):
 
     def bucket(self, name: Hashable) -> tuple[int, float]:
         """(coordinate, sign) of a feature name."""
-        cached = self._cache.get(name)  # type: ignore[arg-type]
+        cached = self._cache.get(name)
         if cached is not None:
             return cached
         checked = _check_name(name)

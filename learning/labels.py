@@ -18,9 +18,6 @@ from learning.errors import LabelError
 
 logger = logging.getLogger(__name__)
 
-POSITIVE = 1.0
-NEGATIVE = -1.0
-
 
 def _plain(label: Hashable) -> Hashable:
     """Numpy scalars become Python scalars so labels compare, hash and serialise alike."""

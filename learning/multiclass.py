@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning._arrays import LinearState
-from learning._base import DEFAULT_MAX_VOTERS, LinearLearner
+from learning._base import DEFAULT_MAX_VOTERS, LinearLearner, Outputs
 from learning.encoders import Encoder
 from learning.errors import LabelError
 from learning.labels import ClassIndex
@@ -44,7 +44,8 @@ class MulticlassPerceptron(LinearLearner):
     max_voters
         Bound on the finished voters kept for the voted predictor.
     prequential_voted
-        Count the voted predictor's prequential mistakes (a vote per event).
+        Also count the voted predictor's prequential mistakes. Off by default: it costs a vote
+        per event (see :mod:`learning._base`); the voted predictor is maintained either way.
     seed
         Initial state of the tie-breaking generator (0 … 2⁶⁴ - 1).
 
@@ -69,10 +70,11 @@ class MulticlassPerceptron(LinearLearner):
     def __init__(
         self,
         classes: Sequence[Hashable] | None = None,
+        *,
         encoder: Encoder | None = None,
         predictor: PredictorName = "last",
         max_voters: int = DEFAULT_MAX_VOTERS,
-        prequential_voted: bool = True,
+        prequential_voted: bool = False,
         seed: int = 0,
     ) -> None:
         self._init_common(encoder, predictor, max_voters, prequential_voted)
@@ -82,6 +84,7 @@ class MulticlassPerceptron(LinearLearner):
         self.seed = seed
         self._classes = ClassIndex(classes)
         self._state = LinearState(len(self._classes), self.encoder.dimension, seed)
+        self._state.counters[k.ACTIVE_CLASSES] = len(self._classes)
 
     def _rows(self) -> int:
         return len(self._classes)
@@ -106,14 +109,14 @@ class MulticlassPerceptron(LinearLearner):
         self,
         X: NDArray[np.float64],
         y: NDArray[Any],
-        mistakes: NDArray[np.bool_],
-        predictions: NDArray[Any],
-        margins: NDArray[np.float64],
-    ) -> None:
+        outputs: Outputs,
+        limit: float,
+    ) -> int:
         if X.shape[0] == 0:
-            return
+            return -1
+        mistakes, predictions, margins = outputs
         state = self._state
-        k.learn_multiclass(
+        return k.learn_multiclass(
             X,
             y,
             state.weights,
@@ -127,6 +130,7 @@ class MulticlassPerceptron(LinearLearner):
             state.rng,
             self.max_voters,
             self.prequential_voted,
+            limit,
             mistakes,
             predictions,
             margins,
@@ -160,8 +164,13 @@ class MulticlassPerceptron(LinearLearner):
 
     @property
     def n_classes(self) -> int:
-        """Number of known classes."""
+        """Number of known classes (declared, or discovered by learning or ``encode_labels``)."""
         return len(self._classes)
+
+    @property
+    def n_active_classes(self) -> int:
+        """Classes that compete in predictions: declared ones, or discovered ones learned from."""
+        return self._state.counter(k.ACTIVE_CLASSES)
 
     @property
     def weights(self) -> NDArray[np.float64]:

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning._arrays import LinearState
-from learning._base import DEFAULT_MAX_VOTERS, LinearLearner
+from learning._base import DEFAULT_MAX_VOTERS, LinearLearner, Outputs
 from learning.encoders import Encoder
 from learning.labels import LabelMap
 from learning.predictor import PredictorName
@@ -44,7 +44,8 @@ class Perceptron(LinearLearner):
     max_voters
         Bound on the finished voters kept for the voted predictor (see :mod:`learning._base`).
     prequential_voted
-        Count the voted predictor's prequential mistakes (a vote per event).
+        Also count the voted predictor's prequential mistakes. Off by default: it costs a vote
+        per event (see :mod:`learning._base`); the voted predictor is maintained either way.
 
     Examples
     --------
@@ -63,10 +64,11 @@ class Perceptron(LinearLearner):
     def __init__(
         self,
         label_map: LabelMap | None = None,
+        *,
         encoder: Encoder | None = None,
         predictor: PredictorName = "last",
         max_voters: int = DEFAULT_MAX_VOTERS,
-        prequential_voted: bool = True,
+        prequential_voted: bool = False,
     ) -> None:
         self._init_common(encoder, predictor, max_voters, prequential_voted)
         self.label_map = label_map if label_map is not None else LabelMap.boolean()
@@ -97,12 +99,12 @@ class Perceptron(LinearLearner):
         self,
         X: NDArray[np.float64],
         y: NDArray[Any],
-        mistakes: NDArray[np.bool_],
-        predictions: NDArray[Any],
-        margins: NDArray[np.float64],
-    ) -> None:
+        outputs: Outputs,
+        limit: float,
+    ) -> int:
+        mistakes, predictions, margins = outputs
         state = self._state
-        k.learn_binary(
+        return k.learn_binary(
             X,
             y,
             state.weights,
@@ -115,6 +117,7 @@ class Perceptron(LinearLearner):
             state.counters,
             self.max_voters,
             self.prequential_voted,
+            limit,
             mistakes,
             predictions,
             margins,
@@ -135,12 +138,14 @@ class Perceptron(LinearLearner):
     @property
     def weights(self) -> NDArray[np.float64]:
         """Current weights w (a copy), bias first."""
-        return self._state.weights[0].copy()
+        row: NDArray[np.float64] = self._state.weights[0].copy()
+        return row
 
     @property
     def averaged_weights(self) -> NDArray[np.float64]:
         """w̄, the mean of the post-event weights over all events seen."""
-        return self._state.averaged_weights()[0]
+        row: NDArray[np.float64] = self._state.averaged_weights()[0]
+        return row
 
     @property
     def voters(self) -> list[tuple[int, NDArray[np.float64]]]:
@@ -170,12 +175,19 @@ class AveragedPerceptron(Perceptron):
     def __init__(
         self,
         label_map: LabelMap | None = None,
+        *,
         encoder: Encoder | None = None,
         predictor: PredictorName = "averaged",
         max_voters: int = DEFAULT_MAX_VOTERS,
-        prequential_voted: bool = True,
+        prequential_voted: bool = False,
     ) -> None:
-        super().__init__(label_map, encoder, predictor, max_voters, prequential_voted)
+        super().__init__(
+            label_map,
+            encoder=encoder,
+            predictor=predictor,
+            max_voters=max_voters,
+            prequential_voted=prequential_voted,
+        )
 
 
 class VotedPerceptron(Perceptron):
@@ -197,9 +209,16 @@ class VotedPerceptron(Perceptron):
     def __init__(
         self,
         label_map: LabelMap | None = None,
+        *,
         encoder: Encoder | None = None,
         predictor: PredictorName = "voted",
         max_voters: int = DEFAULT_MAX_VOTERS,
-        prequential_voted: bool = True,
+        prequential_voted: bool = False,
     ) -> None:
-        super().__init__(label_map, encoder, predictor, max_voters, prequential_voted)
+        super().__init__(
+            label_map,
+            encoder=encoder,
+            predictor=predictor,
+            max_voters=max_voters,
+            prequential_voted=prequential_voted,
+        )

@@ -84,11 +84,8 @@ def fit_width(X: NDArray[np.float64], dimension: int, growable: bool) -> NDArray
     return padded
 
 
-def check_matrix(X: object) -> NDArray[np.float64]:
-    """X as a C-contiguous float64 matrix of finite values within ±MAX_ABS_FEATURE.
-
-    Raises :class:`FeatureError` (``non_finite`` / ``too_large`` with the row index) otherwise.
-    """
+def as_matrix(X: object) -> NDArray[np.float64]:
+    """X as a C-contiguous 2-D float64 array (values not checked), or a :class:`FeatureError`."""
     array = np.asarray(X)
     if array.ndim != 2:
         raise FeatureError("wrong_dimension", f"expected a 2-D array, got shape {array.shape}")
@@ -96,17 +93,30 @@ def check_matrix(X: object) -> NDArray[np.float64]:
         raise FeatureError("boolean_feature", "X is a boolean array; send 1.0 or 0.0")
     if array.dtype.kind not in "fiu":
         raise FeatureError("non_numeric", f"X has dtype {array.dtype}, not a number type")
-    matrix = np.ascontiguousarray(array, dtype=np.float64)
+    return np.ascontiguousarray(array, dtype=np.float64)
+
+
+def row_error(matrix: NDArray[np.float64], index: int) -> FeatureError:
+    """The error for row ``index``, which has a non-finite or too large value."""
+    row = matrix[index]
+    column = int(np.argmax(~(np.abs(row) <= MAX_ABS_FEATURE)))
+    value = float(row[column])
+    if math.isfinite(value):
+        return FeatureError(
+            "too_large", f"x̃[{column}] = {value!r} is beyond ±{MAX_ABS_FEATURE:g}", index=index
+        )
+    return FeatureError("non_finite", f"x̃[{column}] is {value!r}", index=index)
+
+
+def check_matrix(X: object) -> NDArray[np.float64]:
+    """X as a C-contiguous float64 matrix of finite values within ±MAX_ABS_FEATURE.
+
+    Raises :class:`FeatureError` (``non_finite`` / ``too_large`` with the row index) otherwise.
+    """
+    matrix = as_matrix(X)
     bad = k.first_invalid_row(matrix, MAX_ABS_FEATURE)
     if bad >= 0:
-        row = matrix[bad]
-        column = int(np.argmax(~(np.abs(row) <= MAX_ABS_FEATURE)))
-        value = float(row[column])
-        if math.isfinite(value):
-            raise FeatureError(
-                "too_large", f"x̃[{column}] = {value!r} is beyond ±{MAX_ABS_FEATURE:g}", index=bad
-            )
-        raise FeatureError("non_finite", f"x̃[{column}] is {value!r}", index=bad)
+        raise row_error(matrix, bad)
     return matrix
 
 
@@ -135,10 +145,9 @@ def predict_codes(
             scores,
         )
         return codes, scores
-    n_classes = state.rows
     class_codes = np.full(n, NO_CLASS, dtype=np.int64)
-    class_scores = np.zeros((n, n_classes))
-    if n_classes == 0 or n == 0:
+    class_scores = np.zeros((n, state.rows))
+    if state.counter(k.ACTIVE_CLASSES) == 0 or n == 0:
         return class_codes, class_scores
     k.predict_multiclass(
         X,
@@ -195,8 +204,8 @@ class Predictor:
 
     @property
     def n_classes(self) -> int:
-        """Number of classes (2 for binary)."""
-        return self._state.rows if self.multiclass else len(self.labels)
+        """Number of classes that compete in predictions (2 for binary)."""
+        return self._state.counter(k.ACTIVE_CLASSES) if self.multiclass else len(self.labels)
 
     @property
     def weights(self) -> NDArray[np.float64]:

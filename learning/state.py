@@ -11,9 +11,10 @@ Layout of a state blob (all integers little-endian)::
 
 Arrays are stored as their raw little-endian bytes, so a round trip is bit-exact (weights,
 averaging sums, voters, counters, the generator state); metadata (hyperparameters, labels,
-vocabulary) is JSON. Loading verifies magic, version and checksum before parsing anything, then
-checks every array's dtype and shape against the manifest and the model's own invariants, and
-raises :class:`~learning.errors.StateError` on any mismatch.
+vocabulary) is JSON. The form is canonical: two learners in the same state give the same bytes,
+whatever batch sizes brought them there. Loading verifies magic, version and checksum before
+parsing anything, then checks every array's dtype and shape against the manifest and the model's
+own invariants, and raises :class:`~learning.errors.StateError` on any mismatch.
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ DIGEST_SIZE = hashlib.sha256().digest_size
 ALIGNMENT = 8
 ALLOWED_DTYPES = frozenset({"<f8", "<i8", "<u8", "|b1"})
 
+BINARY_KINDS: dict[str, type[Perceptron]] = {
+    cls.__name__: cls for cls in (Perceptron, AveragedPerceptron, VotedPerceptron)
+}
 LEARNER_KINDS: dict[str, type[LinearLearner]] = {
-    cls.__name__: cls
-    for cls in (Perceptron, AveragedPerceptron, VotedPerceptron, MulticlassPerceptron)
+    **BINARY_KINDS,
+    MulticlassPerceptron.__name__: MulticlassPerceptron,
 }
 
 
@@ -84,25 +88,39 @@ def _learner_meta(learner: LinearLearner) -> dict[str, Any]:
     if isinstance(learner, MulticlassPerceptron):
         meta["params"]["seed"] = learner.seed
         meta["classes"] = learner._classes.to_state()
+        labels = list(learner.class_labels)
     elif isinstance(learner, Perceptron):
         meta["label_map"] = learner.label_map.to_state()
+        labels = list(learner.label_map.labels)
+    for label in labels:
+        _json_scalar(label, "labels")
     return _json_safe(meta, "learner")  # type: ignore[no-any-return]
 
 
+def _json_scalar(value: Any, what: str) -> None:
+    """Labels must come back as the same hashable value: JSON scalars only."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is not None and not isinstance(value, bool | int | float | str):
+        raise StateError(f"{what}: {type(value).__name__} {value!r:.60} cannot be saved")
+
+
 def _learner_from(meta: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -> LinearLearner:
-    cls = LEARNER_KINDS.get(meta["kind"])
-    if cls is None:
-        raise StateError(f"unknown learner kind {meta['kind']!r}")
+    kind = meta["kind"]
+    if kind not in LEARNER_KINDS:
+        raise StateError(f"unknown learner kind {kind!r}")
     encoder = encoder_from_state(meta["encoder"])
     params = dict(meta["params"])
     learner: LinearLearner
-    if cls is MulticlassPerceptron:
+    if kind == MulticlassPerceptron.__name__:
         classes = ClassIndex.from_state(meta["classes"])
         declared = list(classes.labels) if classes.declared else None
-        learner = MulticlassPerceptron(classes=declared, encoder=encoder, **params)
-        learner._classes = classes
+        multiclass = MulticlassPerceptron(declared, encoder=encoder, **params)
+        multiclass._classes = classes
+        learner = multiclass
     else:
-        learner = cls(label_map=LabelMap.from_state(meta["label_map"]), encoder=encoder, **params)
+        binary = BINARY_KINDS[kind]
+        learner = binary(LabelMap.from_state(meta["label_map"]), encoder=encoder, **params)
     state = LinearState.from_arrays(arrays)
     expected_rows = learner._rows()
     if state.rows != expected_rows:
@@ -170,7 +188,11 @@ def dump_state(
     >>> learner.weights.tolist(), tracker, extra
     ([1.0, 1.0], None, {'offset': 7})
     """
-    groups: dict[str, Mapping[str, NDArray[Any]]] = {"learner": learner._state.arrays()}
+    # Canonical form: only the kept voters, in vote order, so equal models give equal bytes
+    # whatever batch sizes they were trained with.
+    groups: dict[str, Mapping[str, NDArray[Any]]] = {
+        "learner": learner._state.compact_copy().arrays()
+    }
     tracker_meta = None
     if tracker is not None:
         tracker_meta, tracker_arrays = tracker.to_state()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -18,14 +18,21 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.types import Message, Receive, Scope, Send
 
 from learning import Predictor
 from learning.encoders import Encoder
 from service import schemas
+from service.dashboard import router as dashboard_router
 from service.history import HistoryRecorder, StatsHistory
 from service.metrics import UNMATCHED_ROUTE, Metrics
 from service.predict import PredictHandler, PredictLimits, is_json_media_type
-from service.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_responses
+from service.problems import (
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    install_problem_handlers,
+    problem_responses,
+)
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -34,10 +41,6 @@ PREDICT_PATH = "/predict"
 JSON_MEDIA_TYPE = "application/json"
 NOT_READY = 503
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 class SnapshotView(Protocol):
@@ -84,9 +87,9 @@ class NovikoffApp(FastAPI):
     predict_handler: PredictHandler | None = None
     metrics: Metrics | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await super().__call__(scope, receive, send)  # type: ignore[arg-type]
+            await super().__call__(scope, receive, send)
             return
         start = time.perf_counter()
         handler = self.predict_handler
@@ -96,7 +99,9 @@ class NovikoffApp(FastAPI):
         else:
             status, route = await self._answer_routed(scope, receive, send)
         if self.metrics is not None and status:
-            self.metrics.observe_request(route, scope["method"], status, time.perf_counter() - start)
+            self.metrics.observe_request(
+                route, scope["method"], status, time.perf_counter() - start
+            )
 
     async def _answer_routed(self, scope: Scope, receive: Receive, send: Send) -> tuple[int, str]:
         status = 0
@@ -107,13 +112,17 @@ class NovikoffApp(FastAPI):
                 status = int(message["status"])
             await send(message)
 
-        await super().__call__(scope, receive, send_and_watch)  # type: ignore[arg-type]
+        await super().__call__(scope, receive, send_and_watch)
         matched = scope.get("route")
-        route = getattr(matched, "path", UNMATCHED_ROUTE) if matched is not None else UNMATCHED_ROUTE
+        route = (
+            getattr(matched, "path", UNMATCHED_ROUTE) if matched is not None else UNMATCHED_ROUTE
+        )
         return status, str(route)
 
 
-async def _answer_predict(handler: PredictHandler, scope: Scope, receive: Receive, send: Send) -> int:
+async def _answer_predict(
+    handler: PredictHandler, scope: Scope, receive: Receive, send: Send
+) -> int:
     """Answer one ``POST /predict``; return the status sent (0 if the client went away)."""
     try:
         body = await _read_json_body(scope, receive, handler.limits.max_body_bytes)
@@ -247,6 +256,8 @@ def create_app(
     )
     app.state.history = history
     app.state.settings = settings
+    app.state.engine = engine
+    app.state.runner = runner
     app.metrics = metrics
     app.predict_handler = PredictHandler(
         snapshot=lambda: engine.snapshot.predictor,
@@ -369,6 +380,4 @@ def _add_read_routes(
 
 def _include_dashboard(app: FastAPI) -> None:
     """The dashboard page and ``/stats/history`` (``service.dashboard``)."""
-    from service.dashboard import router
-
-    app.include_router(router)
+    app.include_router(dashboard_router)

@@ -8,7 +8,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from service import produce
+
+# from service.assembly import run_service
+from service.demo import DemoOptions, run_demo
+from service.offline import fit_file
 from service.settings import Settings, SettingsError, load_settings
+from service.synthetic import SyntheticStream
+from service.topics import ensure_topics
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +121,10 @@ def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Iris default 150, repeating beyond; files: all)",
     )
     parser.add_argument(
-        "--rate", type=float, default=0.0, help="records per second (default 0: as fast as possible)"
+        "--rate",
+        type=float,
+        default=0.0,
+        help="records per second (default 0: as fast as possible)",
     )
     parser.add_argument("--topic", help="topic to publish to (default: the config's kafka.topic)")
     parser.add_argument(
@@ -124,7 +134,9 @@ def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="create the topic (and its dead-letter topic) with this many partitions if missing",
     )
     parser.add_argument(
-        "--output", metavar="FILE", help="write JSON lines to FILE ('-' for stdout) instead of Kafka"
+        "--output",
+        metavar="FILE",
+        help="write JSON lines to FILE ('-' for stdout) instead of Kafka",
     )
     parser.add_argument(
         "--print-reference",
@@ -220,18 +232,15 @@ def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``novikoff serve``."""
-    from service.assembly import run_service
-
-    http = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
+    http = {
+        key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None
+    }
     settings = _settings(args, http=http)
     return run_service(settings)
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
     """``novikoff produce``."""
-    from service import produce
-    from service.synthetic import SyntheticStream
-
     settings = _settings(args)
     named = settings.model.encoding != "dense"
     if args.print_reference or not (args.iris or args.file):
@@ -263,8 +272,6 @@ def cmd_produce(args: argparse.Namespace) -> int:
         sink: produce.Sink = produce.FileSink(args.output)
     else:
         if args.partitions:
-            from service.topics import ensure_topics
-
             dlq = settings.kafka.dlq_topic or f"{topic}.dlq"
             ensure_topics(settings.kafka, [topic, dlq], args.partitions)
         sink = produce.KafkaSink(settings.kafka, topic)
@@ -290,16 +297,18 @@ def reference_toml(name: str, weights: Sequence[float]) -> str:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """``novikoff fit``."""
-    from service.offline import fit_file
-
     settings = _settings(args)
-    return fit_file(settings, args.file, args.epochs, args.shuffle_seed, args.label_column)
+    return fit_file(
+        settings,
+        args.file,
+        epochs=args.epochs,
+        shuffle_seed=args.shuffle_seed,
+        label_column=args.label_column,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``novikoff demo``."""
-    from service.demo import DemoOptions, run_demo
-
     options = DemoOptions(
         config=args.config,
         port=args.port,
@@ -328,5 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"novikoff {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except produce.SourceError as exc:
+        print(f"novikoff {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_FAILURE

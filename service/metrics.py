@@ -185,6 +185,8 @@ class Metrics:
             registry=registry,
         )
         self._totals: dict[str, float] = {}
+        # labels() costs more than observe(); the few (route, method, status) children are cached.
+        self._request_children: dict[tuple[str, str, int], Histogram] = {}
         self._lag_series: set[tuple[str, str]] = set()
 
     # -- consumer side ------------------------------------------------------------------------
@@ -261,10 +263,13 @@ class Metrics:
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Time one HTTP request; ``route`` is the route template, never the raw path."""
-        method = method if method in KNOWN_METHODS else OTHER_METHOD
-        self._request_seconds.labels(route=route, method=method, status=str(status)).observe(
-            seconds
-        )
+        known = method if method in KNOWN_METHODS else OTHER_METHOD
+        key = (route, known, status)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_seconds.labels(route=route, method=known, status=str(status))
+            self._request_children[key] = child
+        child.observe(seconds)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

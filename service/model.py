@@ -35,7 +35,7 @@ BOOLEAN_LABELS = {"true": True, "false": False}
 Learner = Perceptron | MulticlassPerceptron
 
 
-class ReferenceError(ValueError):  # noqa: A001 - a reference separator, not a Python reference
+class ReferenceError(ValueError):
     """A reference separator cannot be loaded; the message names the file and the fix."""
 
 
@@ -145,7 +145,9 @@ def reference_weights(
         weights = np.empty(0)
     if weights.dtype != np.float64 or _has_non_numbers(values):
         raise ReferenceError(f"reference {reference.name!r}: weights must be numbers")
-    expected: tuple[int, ...] = (dimension,) if rows is None else (rows or weights.shape[0], dimension)
+    expected: tuple[int, ...] = (
+        (dimension,) if rows is None else (rows or weights.shape[0], dimension)
+    )
     if weights.shape != expected:
         shape = "a vector" if rows is None else "a matrix (one row per class)"
         raise ReferenceError(

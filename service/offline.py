@@ -105,6 +105,7 @@ def _labels_in_order(values: Sequence[bytes]) -> list[Hashable]:
 def fit_file(
     settings: Settings,
     path: Path,
+    *,
     epochs: int,
     shuffle_seed: int | None,
     label_column: str,

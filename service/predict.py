@@ -10,7 +10,7 @@ ones are wrong. Predictions read one immutable model snapshot per request.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from consumers.events import validate_features
 from learning import DenseEncoder, FeatureError, Predictor
-from learning.encoders import Encoder
+from learning.encoders import MAX_ABS_FEATURE, Encoder
 from service.problems import FieldError, Problem
 
 logger = logging.getLogger(__name__)
@@ -30,6 +30,8 @@ PREDICTORS = ("last", "averaged", "voted")
 REQUEST_FIELDS = frozenset({"features", "instances", "predictor"})
 INSTANCE_FIELDS = frozenset({"features"})
 NUMBER_TYPES = frozenset({int, float})
+MARKER_CHARACTERS = ("u", "l")
+MARKER_BYTES = tuple(ord(c) for c in '"ul\\')
 MAX_REPORTED_ERRORS = 10
 JSON_MEDIA_TYPES = ("application/json",)
 JSON_SUFFIX = "+json"
@@ -49,7 +51,9 @@ def is_json_media_type(content_type: str | None) -> bool:
     if not content_type:
         return False
     media = content_type.split(";", 1)[0].strip().lower()
-    return media in JSON_MEDIA_TYPES or (media.startswith("application/") and media.endswith(JSON_SUFFIX))
+    return media in JSON_MEDIA_TYPES or (
+        media.startswith("application/") and media.endswith(JSON_SUFFIX)
+    )
 
 
 class PredictHandler:
@@ -98,7 +102,7 @@ class PredictHandler:
         predictor = self._snapshot()
         if "features" in request:
             X = self._encode_one(request["features"], "/features")
-            labels, scores = _predict(predictor, X[None, :], predictor_name)
+            labels, scores = _predict(predictor, X, predictor_name, batch=False)
             return orjson.dumps(
                 {
                     "label": labels[0],
@@ -107,8 +111,8 @@ class PredictHandler:
                     "predictor": predictor_name,
                 }
             )
-        X = self._encode_instances(request["instances"])
-        labels, scores = _predict(predictor, X, predictor_name)
+        X = self._encode_instances(request["instances"], body, request.get("predictor"))
+        labels, scores = _predict(predictor, X, predictor_name, batch=True)
         predictions = [
             {"label": label, "score": score} for label, score in zip(labels, scores, strict=True)
         ]
@@ -133,13 +137,25 @@ class PredictHandler:
     # -- features -----------------------------------------------------------------------------
 
     def _encode_one(self, features: object, pointer: str) -> NDArray[np.float64]:
+        """x̃ of one instance as a (1, dimension) matrix."""
+        width = self._dense_width
+        if (
+            width is not None
+            and type(features) is list
+            and len(features) == width
+            and set(map(type, features)) <= NUMBER_TYPES
+        ):
+            X = self._dense_matrix(features, 1, width)
+            if X is not None:
+                return X
         error = self._feature_count_error(features, pointer)
         if error is not None:
             raise _invalid_many([error])
         try:
-            return validate_features(features, self._encoder)
+            vector = validate_features(features, self._encoder)
         except FeatureError as exc:
             raise _invalid(pointer, exc.code, exc.message) from None
+        return vector.reshape(1, -1)
 
     def _feature_count_error(self, features: object, pointer: str) -> FieldError | None:
         if isinstance(features, dict | list) and len(features) > self._limits.max_features:
@@ -150,7 +166,9 @@ class PredictHandler:
             )
         return None
 
-    def _encode_instances(self, instances: object) -> NDArray[np.float64]:
+    def _encode_instances(
+        self, instances: object, body: bytes, predictor: object
+    ) -> NDArray[np.float64]:
         if type(instances) is not list:
             raise _invalid(
                 "/instances", "wrong_type", f"instances must be an array, got {_kind(instances)}"
@@ -165,28 +183,38 @@ class PredictHandler:
                 f"{count} instances; the limit is {self._limits.max_batch_size} per request",
             )
         rows = _features_of(instances)
-        if rows is not None and self._dense_width is not None:
-            X = self._dense_bulk(rows, self._dense_width)
+        width = self._dense_width
+        if (
+            rows is not None
+            and width is not None
+            and set(map(type, rows)) == {list}
+            and set(map(len, rows)) == {width}
+            and only_numbers_in_features(body, len(rows), predictor)
+        ):
+            X = self._dense_matrix(chain.from_iterable(rows), len(rows), width)
             if X is not None:
                 return X
         return self._encode_rows(instances)
 
-    def _dense_bulk(self, rows: list[Any], width: int) -> NDArray[np.float64] | None:
-        """All rows at once when every row is a list of ``width`` plain numbers, else None."""
-        if set(map(type, rows)) != {list} or set(map(len, rows)) != {width}:
-            return None
-        if not set(map(type, chain.from_iterable(rows))) <= NUMBER_TYPES:
-            return None
+    def _dense_matrix(
+        self, numbers: Iterable[Any], count: int, width: int
+    ) -> NDArray[np.float64] | None:
+        """x̃ of ``count`` rows of ``width`` plain numbers; None if a number is out of range.
+
+        The caller has established that ``numbers`` holds ints and floats only (no booleans).
+        The range is the encoders' (finite, within ``MAX_ABS_FEATURE``), so this path accepts
+        exactly what :func:`~consumers.events.validate_features` accepts.
+        """
         try:
-            flat = np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * width)
-        except OverflowError:
+            flat = np.fromiter(numbers, np.float64, count * width)
+        except (OverflowError, TypeError, ValueError):
             return None
-        if not np.isfinite(flat).all():
+        if not (np.abs(flat) <= MAX_ABS_FEATURE).all():
             return None
-        values = flat.reshape(len(rows), width)
+        values = flat.reshape(count, width)
         if not self._encoder.bias:
             return values
-        X = np.empty((len(rows), width + 1), dtype=np.float64)
+        X = np.empty((count, width + 1), dtype=np.float64)
         X[:, 0] = 1.0
         X[:, 1:] = values
         return X
@@ -218,6 +246,33 @@ class PredictHandler:
         return X
 
 
+def only_numbers_in_features(body: bytes, instances: int, predictor: object) -> bool:
+    """Whether a parsed batch body holds no string, boolean or null besides its own keys.
+
+    Called once the body has parsed as ``{"instances": [{"features": [...]}, ...]}`` with an
+    optional string ``predictor``. JSON numbers never contain ``"``, ``u``, ``l`` or ``\\``, while
+    every string carries two quotes, ``true`` and ``null`` a ``u``, ``false`` and ``null`` an
+    ``l``, and every escape a backslash. So when the body holds exactly the markers of its keys
+    (``"instances"``, one ``"features"`` per instance, ``"predictor"`` and its value) the feature
+    arrays hold nothing but numbers. Counting four bytes over the raw body is several times
+    cheaper than checking the type of every decoded number.
+
+    Examples
+    --------
+    >>> only_numbers_in_features(b'{"instances": [{"features": [1, 2.5]}]}', 1, None)
+    True
+    >>> only_numbers_in_features(b'{"instances": [{"features": [1, true]}]}', 1, None)
+    False
+    """
+    raw = np.frombuffer(body, dtype=np.uint8)
+    found = sum(int(np.count_nonzero(raw == marker)) for marker in MARKER_BYTES)
+    # "instances": 2 quotes; each "features": 2 quotes and one "u".
+    expected = 2 + 3 * instances
+    if isinstance(predictor, str):
+        expected += 4 + sum(predictor.count(marker) for marker in MARKER_CHARACTERS)
+    return found == expected
+
+
 def _parse(body: bytes) -> dict[str, Any]:
     if not body:
         raise Problem(
@@ -235,7 +290,9 @@ def _parse(body: bytes) -> dict[str, Any]:
         ) from None
     if type(request) is not dict:
         raise _invalid(
-            "", "wrong_type", f'the body must be a JSON object like {{"features": [...]}}, got {_kind(request)}'
+            "",
+            "wrong_type",
+            f'the body must be a JSON object like {{"features": [...]}}, got {_kind(request)}',
         )
     unknown = request.keys() - REQUEST_FIELDS
     if unknown:
@@ -268,22 +325,31 @@ def _features_of(instances: list[Any]) -> list[Any] | None:
 def _instance_error(instance: object, pointer: str) -> FieldError | None:
     if type(instance) is not dict:
         return FieldError(
-            pointer, "wrong_type", f'an instance must be an object {{"features": ...}}, got {_kind(instance)}'
+            pointer,
+            "wrong_type",
+            f'an instance must be an object {{"features": ...}}, got {_kind(instance)}',
         )
     if "features" not in instance:
         return FieldError(pointer, "missing_features", 'the instance has no "features"')
     unknown = instance.keys() - INSTANCE_FIELDS
     if unknown:
         return FieldError(
-            pointer, "unknown_field", f"unknown field(s) {', '.join(sorted(map(repr, unknown)))[:200]}"
+            pointer,
+            "unknown_field",
+            f"unknown field(s) {', '.join(sorted(map(repr, unknown)))[:200]}",
         )
     return None
 
 
 def _predict(
-    predictor: Predictor, X: NDArray[np.float64], name: str
+    predictor: Predictor, X: NDArray[np.float64], name: str, batch: bool
 ) -> tuple[list[Any], list[float | None]]:
-    codes, scores = predictor.predict_codes(X, name)  # type: ignore[arg-type]
+    try:
+        codes, scores = predictor.predict_codes(X, name)  # type: ignore[arg-type]
+    except FeatureError as exc:
+        row = exc.index or 0
+        pointer = f"/instances/{row}/features" if batch else "/features"
+        raise _invalid(pointer, exc.code, exc.message) from None
     if not predictor.multiclass:
         positive, negative = predictor.labels
         return [positive if code >= 0 else negative for code in codes.tolist()], scores.tolist()

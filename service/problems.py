@@ -91,7 +91,10 @@ class Problem(Exception):  # noqa: N818 - the RFC's own word for it
     def response(self) -> Response:
         """The problem as a Starlette response."""
         return Response(
-            self.encode(), status_code=self.status, media_type=PROBLEM_MEDIA_TYPE, headers=self.headers
+            self.encode(),
+            status_code=self.status,
+            media_type=PROBLEM_MEDIA_TYPE,
+            headers=self.headers,
         )
 
 
@@ -180,7 +183,9 @@ def install_problem_handlers(app: FastAPI) -> None:
         status = exc.status_code
         kind = KIND_BY_STATUS.get(status, "http-error")
         headers = dict(exc.headers or {})
-        return Problem(status, kind, _http_exception_detail(exc, request), headers=headers).response()
+        return Problem(
+            status, kind, _http_exception_detail(exc, request), headers=headers
+        ).response()
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

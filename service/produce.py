@@ -16,6 +16,7 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 import orjson
+from kafka import KafkaProducer
 
 from service.settings import KafkaSettings
 from service.synthetic import event_json
@@ -48,7 +49,7 @@ def iris_records(count: int | None, seed: int, named: bool) -> Iterator[Record]:
         When scikit-learn is not installed (it ships the data set).
     """
     try:
-        from sklearn.datasets import load_iris
+        from sklearn.datasets import load_iris  # noqa: PLC0415 - optional dependency
     except ImportError as exc:
         raise SourceError(
             "the Iris data set comes with scikit-learn, which is not installed: "
@@ -117,7 +118,9 @@ def _jsonl_id(value: bytes, path: Path, number: int) -> str:
     return f"{path.stem}-{number}"
 
 
-def file_records(path: Path, named: bool, label_column: str = DEFAULT_LABEL_COLUMN) -> Iterator[Record]:
+def file_records(
+    path: Path, named: bool, label_column: str = DEFAULT_LABEL_COLUMN
+) -> Iterator[Record]:
     """A CSV (``.csv``) or JSON-lines (``.jsonl``, ``.json``, ``.ndjson``) file."""
     if not path.is_file():
         raise SourceError(f"{path} does not exist")
@@ -146,8 +149,6 @@ class KafkaSink:
     """Publishes records to a topic, keyed by event id, with ``acks=all``."""
 
     def __init__(self, kafka: KafkaSettings, topic: str) -> None:
-        from kafka import KafkaProducer
-
         self._topic = topic
         self._failed = 0
         self._producer = KafkaProducer(**kafka.producer_config(), linger_ms=PRODUCER_LINGER_MS)
@@ -234,6 +235,7 @@ class Progress:
 def pump(
     records: Iterable[Record],
     sink: Sink,
+    *,
     rate: float | None = None,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
@@ -259,8 +261,3 @@ def pump(
 def limited(records: Iterable[Record], count: int | None) -> Iterator[Record]:
     """The first ``count`` records (all when ``count`` is None)."""
     return iter(records) if count is None else itertools.islice(records, count)
-
-
-def names_in(values: Sequence[Any]) -> str:
-    """``a, b, c`` for messages."""
-    return ", ".join(str(value) for value in values)

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from learning.encoders import MAX_ABS_FEATURE
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -136,19 +137,21 @@ def predict_responses() -> dict[str, Any]:
 def features_schema(settings: Settings) -> dict[str, Any]:
     """JSON schema of one instance's ``features`` under the configured encoding."""
     model = settings.model
-    number = {"type": "number"}
+    number = {"type": "number", "minimum": -MAX_ABS_FEATURE, "maximum": MAX_ABS_FEATURE}
     if model.encoding == "dense":
         return {
             "type": "array",
             "items": number,
             "minItems": model.dim,
             "maxItems": model.dim,
-            "description": f"Exactly {model.dim} finite numbers, in feature order.",
+            "description": (
+                f"Exactly {model.dim} numbers within ±{MAX_ABS_FEATURE:g}, in feature order."
+            ),
         }
     if model.encoding == "schema":
         return {
             "type": "object",
-            "properties": {name: number for name in model.feature_names},
+            "properties": dict.fromkeys(model.feature_names, number),
             "additionalProperties": False,
             "minProperties": 1,
             "description": "Feature name to finite number; absent features are 0.",

@@ -206,7 +206,9 @@ class ModelSettings(_Section):
     def _check_binary_labels(self) -> None:
         values = set(self.labels.values())
         if not values <= set(PERCEPTRON_LABELS) or len(values) != len(PERCEPTRON_LABELS):
-            raise ValueError("labels must map event labels to both -1 and 1, e.g. {yes = 1, no = -1}")
+            raise ValueError(
+                "labels must map event labels to both -1 and 1, e.g. {yes = 1, no = -1}"
+            )
 
     @property
     def feature_dimension(self) -> int | None:
@@ -240,7 +242,7 @@ class ReferenceSettings(_Section):
 
 
 class BoundSettings(_Section):
-    """The mistake bounds tracked live: γ grid and reference separators."""
+    """The mistake bounds tracked live: gamma grid and reference separators."""
 
     gamma_grid: tuple[float, ...] | None = None
     reference_dir: Path = Path("config/references")
@@ -335,7 +337,9 @@ class Settings(BaseSettings):
         expected = features + int(self.model.bias)
         for ref in self.bound.references:
             if ref.weights is not None:
-                reference_shape_problem = _reference_shape_problem(ref.weights, self.model, expected)
+                reference_shape_problem = _reference_shape_problem(
+                    ref.weights, self.model, expected
+                )
                 if reference_shape_problem:
                     raise ValueError(f"bound.references {ref.name!r}: {reference_shape_problem}")
         return self

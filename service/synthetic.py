@@ -139,7 +139,7 @@ class SyntheticStream:
         for _ in range(MAX_REJECTION_ROUNDS):
             X = rng.uniform(FEATURE_LOW, FEATURE_HIGH, size=(CHUNK_SIZE, self.dim))
             margins = np.abs(self.augment(X) @ self.reference) / norm
-            kept = X[margins >= self.margin]
+            kept: np.ndarray = X[margins >= self.margin]
             if len(kept):
                 return kept
         raise ValueError(f"margin {self.margin} is too large for dimension {self.dim}")

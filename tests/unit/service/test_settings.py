@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -16,8 +17,6 @@ DEFAULT_TOML = ROOT / "config" / "default.toml"
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     for name in list(os.environ):
         if name.upper().startswith("NOVIKOFF_") or name == "KAFKA_BOOTSTRAP_SERVERS":
             monkeypatch.delenv(name)
@@ -43,9 +42,9 @@ def test_default_toml_names_every_setting() -> None:
         for key, field in annotation.model_fields.items():
             name = field.alias or key
             # Optional settings are documented as commented-out examples.
-            assert f"\n{name} =" in text or f"\n# {name} =" in text or f"[{section}.{name}]" in text, (
-                f"{section}.{name} is not documented in default.toml"
-            )
+            assert (
+                f"\n{name} =" in text or f"\n# {name} =" in text or f"[{section}.{name}]" in text
+            ), f"{section}.{name} is not documented in default.toml"
 
 
 def test_file_values_are_loaded(tmp_path: Path) -> None:
@@ -126,7 +125,9 @@ def test_consumer_config_uses_manual_offsets_and_fast_group_join() -> None:
     assert config["max_poll_interval_ms"] == 10000
 
 
-def test_sasl_and_tls_settings_pass_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sasl_and_tls_settings_pass_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write(
         tmp_path,
         """
@@ -195,5 +196,5 @@ def test_misspelt_environment_variable_is_an_error(monkeypatch: pytest.MonkeyPat
 
 def test_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOVIKOFF_HTTP__PORT", "eighty")
-    with pytest.raises(SettingsError, match="http.port"):
+    with pytest.raises(SettingsError, match=r"http\.port"):
         load_settings()

@@ -1,0 +1,741 @@
+"""The learning engine: learner, bound tracker, counters and partition offsets, applied once.
+
+The engine is the single owner of the model. The consumer thread calls :meth:`Engine.apply` with
+decoded batches; each batch is applied in record order (predict → mistake → learn → bound, in one
+compiled pass per batch), the partition offsets advance, and a new immutable
+:class:`EngineSnapshot` replaces the previous one with a single reference assignment. Readers
+(HTTP requests, metrics) only ever see a whole snapshot, never a half-applied batch.
+
+Exactly once
+------------
+Every partition keeps its *next offset* and the ranges of offsets applied so far (learned or
+dead-lettered). :meth:`Engine.apply` refuses a batch that would re-apply an offset below the next
+offset (:class:`OffsetError`), so a record can never be learned twice; :meth:`Engine.unapplied`
+drops such records before decoding. Offsets, ranges and counters are saved *with* the model by
+:meth:`Engine.checkpoint_bytes` (``learning.dump_state``'s ``extra``), so after a crash the
+restored model and the restored offsets always agree.
+
+Observers
+---------
+Metrics live in the service; the engine only calls an :class:`EngineObserver` once per batch (not
+per event) and on checkpoints and lag updates. ``service.metrics`` implements the protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from consumers.checkpoint import CheckpointStore, SkippedCheckpoint
+from consumers.events import DecodedBatch, EventDecoder, LabelLookup, SourceRecord
+from learning import (
+    BoundStatus,
+    BoundTracker,
+    MarginEstimate,
+    MulticlassPerceptron,
+    Perceptron,
+    Predictor,
+    StateError,
+    dump_state,
+    load_state,
+)
+from learning._base import LinearLearner
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = 1
+RATE_WINDOW_SECONDS = 10.0
+MAX_RATE_POINTS = 256
+MAX_LISTED_COORDINATES = 10_000
+"""``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
+PREDICTOR_NAMES = ("last", "averaged", "voted")
+
+PartitionKey = tuple[str, int]
+_Record = TypeVar("_Record", bound=SourceRecord)
+
+
+class OffsetError(RuntimeError):
+    """A batch would apply an offset that was already applied (or is out of order)."""
+
+
+class IncompatibleCheckpointError(RuntimeError):
+    """A checkpoint holds a model of another shape or kind than the configured one."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProgress:
+    """What has been applied from one partition.
+
+    ``applied`` lists half-open offset ranges ``[start, stop)`` of records applied (learned or
+    dead-lettered); a single range means no gap. ``highwater`` and ``lag`` come from the consumer
+    (``None`` until it has fetched from the partition).
+    """
+
+    topic: str
+    partition: int
+    next_offset: int
+    applied: tuple[tuple[int, int], ...]
+    learned: int
+    rejected: int
+    highwater: int | None = None
+
+    @property
+    def lag(self) -> int | None:
+        """Records in the partition not applied yet."""
+        if self.highwater is None:
+            return None
+        return max(0, self.highwater - self.next_offset)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``/stats`` form."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "next_offset": self.next_offset,
+            "highwater": self.highwater,
+            "lag": self.lag,
+            "learned": self.learned,
+            "rejected": self.rejected,
+            "applied": [list(pair) for pair in self.applied],
+        }
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """Everything readers need, frozen at the end of one batch.
+
+    Attributes
+    ----------
+    predictor
+        The learner's immutable prediction snapshot.
+    seen, mistakes
+        Events learned and perceptron updates.
+    prequential
+        Prequential mistakes of each tracked predictor.
+    bounds
+        The bound of each reference separator.
+    radius
+        R: the largest norm of an augmented vector so far.
+    margin_estimate
+        Diagnostic margin over a recent window (not a certificate).
+    invalid
+        Rejected records by reason code.
+    partitions
+        Progress per partition, sorted by (topic, partition).
+    events_per_second
+        Learning rate over the last few seconds.
+    taken_at
+        ``time.time()`` when the snapshot was taken.
+    """
+
+    predictor: Predictor
+    seen: int
+    mistakes: int
+    prequential: Mapping[str, int]
+    bounds: tuple[BoundStatus, ...]
+    radius: float
+    margin_estimate: MarginEstimate
+    invalid: Mapping[str, int]
+    partitions: tuple[PartitionProgress, ...]
+    events_per_second: float
+    taken_at: float
+    description: Mapping[str, Any] = field(repr=False)
+    voted: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def model_version(self) -> int:
+        """Increments with every update of the weights."""
+        return self.predictor.version
+
+    @property
+    def lag(self) -> int:
+        """Total lag over partitions with a known highwater."""
+        return sum(p.lag or 0 for p in self.partitions)
+
+    @cached_property
+    def stats(self) -> dict[str, Any]:
+        """The ``/stats`` document (docs/DESIGN.md) without ``ready``, which the service adds."""
+        prequential = {name: self.prequential.get(name) for name in PREDICTOR_NAMES}
+        return {
+            "seen": self.seen,
+            "mistakes": self.mistakes,
+            "prequential_mistakes": prequential,
+            "radius": self.radius,
+            "bounds": [_bound_dict(status) for status in self.bounds],
+            "margin_estimate": self.margin_estimate.as_dict(),
+            "invalid": dict(self.invalid),
+            "partitions": [p.as_dict() for p in self.partitions],
+            "lag": self.lag,
+            "model_version": self.model_version,
+            "events_per_second": self.events_per_second,
+        }
+
+    @cached_property
+    def model(self) -> dict[str, Any]:
+        """The ``/model`` document: description, counters and weights of each predictor."""
+        predictor = self.predictor
+        return {
+            **self.description,
+            "model_version": self.model_version,
+            "counters": {
+                "seen": self.seen,
+                "mistakes": self.mistakes,
+                "prequential_mistakes": dict(self.prequential),
+            },
+            "weights": {
+                "last": np.asarray(predictor.weights).tolist(),
+                "averaged": np.asarray(predictor.averaged_weights).tolist(),
+            },
+            "voted": dict(self.voted),
+        }
+
+
+def _bound_dict(status: BoundStatus) -> dict[str, Any]:
+    return {
+        "name": status.name,
+        "gamma": status.gamma,
+        "k": status.k,
+        "bound": status.bound,
+        "novikoff": status.novikoff,
+        "min_margin": status.min_margin,
+        "violated": status.violated,
+        "mistakes": status.mistakes,
+        "radius": status.radius,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """What one :meth:`Engine.apply` did (handed to the observer)."""
+
+    records: int
+    learned: int
+    rejected: int
+    mistakes: int
+    seconds: float
+    rejected_by_reason: Mapping[str, int]
+    snapshot: EngineSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    """The outcome of one checkpoint attempt (handed to the observer)."""
+
+    ok: bool
+    seconds: float
+    size_bytes: int
+    sequence: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What :meth:`Engine.restore` loaded, and what it skipped."""
+
+    restored: bool
+    path: str | None
+    sequence: int | None
+    skipped: tuple[SkippedCheckpoint, ...]
+    seen: int
+    partitions: int
+
+
+class EngineObserver(Protocol):
+    """Receives the engine's events; ``service.metrics`` implements it.
+
+    Every method is called on the consumer thread, once per batch or checkpoint (never per
+    event), and must return quickly and never raise.
+    """
+
+    def on_batch(self, report: BatchReport) -> None:
+        """A batch was applied; ``report.snapshot`` is the new snapshot."""
+
+    def on_rejected(self, reason: str, count: int) -> None:
+        """``count`` records of the last batch were dead-lettered for ``reason``."""
+
+    def on_checkpoint(self, report: CheckpointReport) -> None:
+        """A checkpoint was attempted."""
+
+    def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
+        """Highwater marks (and so lag) changed."""
+
+
+class NullObserver:
+    """An observer that ignores everything."""
+
+    def on_batch(self, report: BatchReport) -> None:
+        """Ignore."""
+
+    def on_rejected(self, reason: str, count: int) -> None:
+        """Ignore."""
+
+    def on_checkpoint(self, report: CheckpointReport) -> None:
+        """Ignore."""
+
+    def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
+        """Ignore."""
+
+
+class _Partition:
+    """Mutable progress of one partition (engine-internal)."""
+
+    __slots__ = ("applied", "highwater", "learned", "next_offset", "rejected")
+
+    def __init__(self, next_offset: int) -> None:
+        self.next_offset = next_offset
+        self.applied: list[list[int]] = []
+        self.learned = 0
+        self.rejected = 0
+        self.highwater: int | None = None
+
+    def record(self, first: int, last: int, learned: int, rejected: int) -> None:
+        if self.applied and self.applied[-1][1] == first:
+            self.applied[-1][1] = last + 1
+        else:
+            self.applied.append([first, last + 1])
+        self.next_offset = last + 1
+        self.learned += learned
+        self.rejected += rejected
+
+    def frozen(self, key: PartitionKey) -> PartitionProgress:
+        return PartitionProgress(
+            topic=key[0],
+            partition=key[1],
+            next_offset=self.next_offset,
+            applied=tuple((start, stop) for start, stop in self.applied),
+            learned=self.learned,
+            rejected=self.rejected,
+            highwater=self.highwater,
+        )
+
+    def to_state(self, key: PartitionKey) -> dict[str, Any]:
+        return {
+            "topic": key[0],
+            "partition": key[1],
+            "next_offset": self.next_offset,
+            "applied": [list(pair) for pair in self.applied],
+            "learned": self.learned,
+            "rejected": self.rejected,
+        }
+
+    @classmethod
+    def from_state(cls, data: Mapping[str, Any]) -> tuple[PartitionKey, _Partition]:
+        partition = cls(int(data["next_offset"]))
+        partition.applied = [[int(start), int(stop)] for start, stop in data["applied"]]
+        partition.learned = int(data["learned"])
+        partition.rejected = int(data["rejected"])
+        return (str(data["topic"]), int(data["partition"])), partition
+
+
+def _labels_of(learner: LinearLearner) -> LabelLookup:
+    if isinstance(learner, MulticlassPerceptron):
+        return LabelLookup.multiclass(learner.class_labels)
+    if isinstance(learner, Perceptron):
+        return LabelLookup.binary(learner.label_map)
+    raise TypeError(f"unsupported learner {type(learner).__name__}")
+
+
+def _classes(learner: LinearLearner) -> list[Any]:
+    if isinstance(learner, MulticlassPerceptron):
+        return list(learner.class_labels)
+    if isinstance(learner, Perceptron):
+        return list(learner.label_map.labels)
+    raise TypeError(f"unsupported learner {type(learner).__name__}")
+
+
+def _describe(learner: LinearLearner) -> dict[str, Any]:
+    """The static part of ``/model`` (changes only when a vocabulary grows)."""
+    encoder = learner.encoder
+    dimension = int(learner.dimension)
+    names = list(encoder.coordinate_names) if dimension <= MAX_LISTED_COORDINATES else None
+    return {
+        "variant": "multiclass" if isinstance(learner, MulticlassPerceptron) else "binary",
+        "learner": type(learner).__name__,
+        "classes": _classes(learner),
+        "bias": bool(encoder.bias),
+        "dimension": dimension,
+        "feature_names": names,
+        "predictor": learner.predictor,
+    }
+
+
+class Engine:
+    """Applies decoded batches to one learner exactly once and publishes snapshots.
+
+    Parameters
+    ----------
+    learner
+        A :class:`~learning.Perceptron` (or subclass) or :class:`~learning.MulticlassPerceptron`,
+        with its encoder; its ``predictor`` is the one predictions use by default.
+    tracker
+        The bound tracker observing the same events.
+    observer
+        Receives one call per batch / checkpoint / lag update (see :class:`EngineObserver`).
+    clock
+        Wall-clock source for rates and timestamps (tests pass a fake).
+
+    Examples
+    --------
+    >>> from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
+    >>> from consumers.events import Record
+    >>> engine = Engine(Perceptron(LabelMap({"1": 1, "-1": -1}), encoder=DenseEncoder(1)),
+    ...                 BoundTracker())
+    >>> batch = engine.decoder.decode_batch([
+    ...     Record("events", 0, 0, b'{"features": [2], "label": -1}'),
+    ...     Record("events", 0, 1, b'{"features": [-0.25], "label": 1}'),
+    ... ])
+    >>> report = engine.apply(batch)
+    >>> engine.snapshot.predictor.weights.tolist(), engine.snapshot.mistakes
+    ([0.0, -2.25], 2)
+    """
+
+    def __init__(
+        self,
+        learner: LinearLearner,
+        tracker: BoundTracker,
+        observer: EngineObserver | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._observer: EngineObserver = observer or NullObserver()
+        self._clock = clock
+        self._partitions: dict[PartitionKey, _Partition] = {}
+        self._invalid: Counter[str] = Counter()
+        self._rate_points: deque[tuple[float, int]] = deque(maxlen=MAX_RATE_POINTS)
+        self._snapshot: EngineSnapshot
+        self._install(learner, tracker)
+
+    # -- read side ------------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> EngineSnapshot:
+        """The latest published snapshot (a plain attribute read: atomic)."""
+        return self._snapshot
+
+    @property
+    def decoder(self) -> EventDecoder:
+        """The decoder for this learner's encoder and labels."""
+        return self._decoder
+
+    @property
+    def learner(self) -> LinearLearner:
+        """The live learner (consumer thread only; readers use :attr:`snapshot`)."""
+        return self._learner
+
+    @property
+    def tracker(self) -> BoundTracker:
+        """The live bound tracker (consumer thread only)."""
+        return self._tracker
+
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The first offset not applied yet, or ``None`` for a partition never seen."""
+        state = self._partitions.get((topic, partition))
+        return None if state is None else state.next_offset
+
+    def next_offsets(self) -> dict[PartitionKey, int]:
+        """Next offset of every partition seen."""
+        with self._lock:
+            return {key: state.next_offset for key, state in self._partitions.items()}
+
+    def unapplied(
+        self, topic: str, partition: int, records: Sequence[_Record]
+    ) -> Sequence[_Record]:
+        """``records`` (of one partition, in offset order) minus those already applied."""
+        next_offset = self.next_offset(topic, partition)
+        if next_offset is None or not records or records[0].offset >= next_offset:
+            return records
+        fresh = [record for record in records if record.offset >= next_offset]
+        logger.warning(
+            "skipping %d already-applied record(s) of %s/%d (offsets below %d)",
+            len(records) - len(fresh),
+            topic,
+            partition,
+            next_offset,
+        )
+        return fresh
+
+    # -- write side -----------------------------------------------------------------------------
+
+    def apply(self, batch: DecodedBatch) -> BatchReport:
+        """Apply a decoded batch: learn its valid events in order, advance offsets, publish.
+
+        Raises
+        ------
+        OffsetError
+            When a span starts below its partition's next offset (nothing is applied then).
+        """
+        started = time.perf_counter()
+        with self._lock:
+            self._check_offsets(batch)
+            mistakes = 0
+            if batch.valid:
+                result = self._learner.learn_batch(batch.X, batch.y)
+                self._tracker.observe_batch(batch.X, batch.y, result)
+                mistakes = int(np.count_nonzero(result.mistakes))
+            for span in batch.spans:
+                self._partition(span.topic, span.partition, span.first_offset).record(
+                    span.first_offset,
+                    span.last_offset,
+                    span.row_stop - span.row_start,
+                    span.rejected,
+                )
+            by_reason = Counter(rejection.reason for rejection in batch.rejections)
+            self._invalid.update(by_reason)
+            snapshot = self._publish()
+        report = BatchReport(
+            records=batch.records,
+            learned=batch.valid,
+            rejected=len(batch.rejections),
+            mistakes=mistakes,
+            seconds=time.perf_counter() - started,
+            rejected_by_reason=dict(by_reason),
+            snapshot=snapshot,
+        )
+        self._notify_batch(report)
+        return report
+
+    def set_highwaters(self, highwaters: Mapping[PartitionKey, int | None]) -> None:
+        """Record the brokers' highwater marks (for lag) and republish if any changed."""
+        with self._lock:
+            changed = False
+            for key, highwater in highwaters.items():
+                state = self._partitions.get(key)
+                if state is not None and highwater is not None and state.highwater != highwater:
+                    state.highwater = highwater
+                    changed = True
+            if not changed:
+                return
+            partitions = self._frozen_partitions()
+            self._snapshot = replace(self._snapshot, partitions=partitions)
+        _call(self._observer.on_lag, partitions)
+
+    def track_partition(self, topic: str, partition: int, next_offset: int) -> None:
+        """Start tracking a partition first read at ``next_offset`` (no checkpoint had it)."""
+        with self._lock:
+            if (topic, partition) not in self._partitions:
+                self._partitions[(topic, partition)] = _Partition(next_offset)
+                self._snapshot = replace(self._snapshot, partitions=self._frozen_partitions())
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def checkpoint_bytes(self) -> tuple[bytes, dict[PartitionKey, int]]:
+        """The model, tracker, counters and offsets as one blob, and the offsets it holds."""
+        with self._lock:
+            offsets = {key: state.next_offset for key, state in self._partitions.items()}
+            extra = {
+                "format": STATE_FORMAT,
+                "partitions": [
+                    state.to_state(key) for key, state in sorted(self._partitions.items())
+                ],
+                "invalid": dict(self._invalid),
+                "saved_at": self._clock(),
+            }
+            return dump_state(self._learner, self._tracker, extra), offsets
+
+    def checkpoint(self, store: CheckpointStore) -> CheckpointReport:
+        """Save a checkpoint to ``store``; failures are reported, logged and raised."""
+        started = time.perf_counter()
+        try:
+            payload, _ = self.checkpoint_bytes()
+            info = store.save(payload)
+        except Exception as exc:
+            report = CheckpointReport(
+                ok=False,
+                seconds=time.perf_counter() - started,
+                size_bytes=0,
+                sequence=None,
+                error=repr(exc),
+            )
+            _call(self._observer.on_checkpoint, report)
+            raise
+        report = CheckpointReport(
+            ok=True,
+            seconds=time.perf_counter() - started,
+            size_bytes=info.size_bytes,
+            sequence=info.sequence,
+        )
+        _call(self._observer.on_checkpoint, report)
+        return report
+
+    def restore(self, store: CheckpointStore) -> RestoreReport:
+        """Load the newest usable checkpoint from ``store`` (falling back to older ones).
+
+        A checkpoint whose bytes verify but whose content ``learning.load_state`` refuses is
+        skipped like a damaged one. With none usable, the engine keeps its fresh model and says
+        so (WARNING). A checkpoint of another model shape raises
+        :class:`IncompatibleCheckpointError`: silently dropping a trained model would be worse.
+        """
+        skipped: list[SkippedCheckpoint] = []
+        for loaded in store.load_valid():
+            skipped.extend(loaded.skipped)
+            try:
+                learner, tracker, extra = load_state(loaded.payload)
+                self._check_compatible(learner, tracker)
+                partitions, invalid = _partitions_from(extra)
+            except (StateError, KeyError, TypeError, ValueError) as exc:
+                logger.error(
+                    "checkpoint %s cannot be loaded (%s); trying the previous one",
+                    loaded.path.name,
+                    exc,
+                )
+                skipped.append(SkippedCheckpoint(path=loaded.path, reason=str(exc)))
+                continue
+            assert tracker is not None
+            with self._lock:
+                self._partitions = partitions
+                self._invalid = Counter(invalid)
+                self._install(learner, tracker)
+            logger.info(
+                "restored checkpoint %s: %d events learned, %d partition(s): %s",
+                loaded.path.name,
+                learner.n_seen,
+                len(partitions),
+                ", ".join(f"{t}/{p}@{s.next_offset}" for (t, p), s in sorted(partitions.items())),
+            )
+            return RestoreReport(
+                restored=True,
+                path=str(loaded.path),
+                sequence=loaded.sequence,
+                skipped=tuple(skipped),
+                seen=learner.n_seen,
+                partitions=len(partitions),
+            )
+        return RestoreReport(
+            restored=False, path=None, sequence=None, skipped=tuple(skipped), seen=0, partitions=0
+        )
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _install(self, learner: LinearLearner, tracker: BoundTracker) -> None:
+        self._learner = learner
+        self._tracker = tracker
+        self._decoder = EventDecoder(
+            learner.encoder, _labels_of(learner), grow=learner.encoder.growable
+        )
+        self._described: tuple[int, Mapping[str, Any]] | None = None
+        self._rate_points.clear()
+        self._publish()
+
+    def _check_compatible(self, learner: LinearLearner, tracker: BoundTracker | None) -> None:
+        current = self._learner
+        problems = []
+        if type(learner) is not type(current):
+            problems.append(f"learner {type(learner).__name__} != {type(current).__name__}")
+        if learner.encoder.to_state() | {"vocabulary": None} != current.encoder.to_state() | {
+            "vocabulary": None
+        }:
+            problems.append(f"encoder {learner.encoder!r} != {current.encoder!r}")
+        if _classes(learner) != _classes(current):
+            problems.append("labels or classes differ")
+        if tracker is None:
+            problems.append("no bound tracker saved")
+        elif [r.name for r in tracker.references] != [r.name for r in self._tracker.references]:
+            problems.append("bound references differ")
+        if problems:
+            raise IncompatibleCheckpointError(
+                "the checkpoint holds a different model than the configuration: "
+                + "; ".join(problems)
+                + " (move the checkpoint directory away to start a new model)"
+            )
+
+    def _check_offsets(self, batch: DecodedBatch) -> None:
+        seen_in_batch: dict[PartitionKey, int] = {}
+        for span in batch.spans:
+            key = (span.topic, span.partition)
+            floor = seen_in_batch.get(key)
+            if floor is None:
+                state = self._partitions.get(key)
+                floor = None if state is None else state.next_offset
+            if floor is not None and span.first_offset < floor:
+                raise OffsetError(
+                    f"{span.topic}/{span.partition}: offset {span.first_offset} is below the next "
+                    f"offset {floor}; it was already applied"
+                )
+            if span.last_offset < span.first_offset:
+                raise OffsetError(f"{span.topic}/{span.partition}: offsets out of order")
+            seen_in_batch[key] = span.last_offset + 1
+
+    def _partition(self, topic: str, partition: int, first_offset: int) -> _Partition:
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is None:
+            state = self._partitions[key] = _Partition(first_offset)
+        return state
+
+    def _frozen_partitions(self) -> tuple[PartitionProgress, ...]:
+        return tuple(state.frozen(key) for key, state in sorted(self._partitions.items()))
+
+    def _publish(self) -> EngineSnapshot:
+        learner = self._learner
+        now = self._clock()
+        seen = learner.n_seen
+        self._rate_points.append((now, seen))
+        while len(self._rate_points) > 1 and now - self._rate_points[0][0] > RATE_WINDOW_SECONDS:
+            self._rate_points.popleft()
+        first_time, first_seen = self._rate_points[0]
+        rate = (seen - first_seen) / (now - first_time) if now > first_time else 0.0
+        snapshot = EngineSnapshot(
+            predictor=learner.snapshot(),
+            seen=seen,
+            mistakes=learner.n_updates,
+            prequential=dict(learner.prequential_mistakes),
+            bounds=tuple(self._tracker.status()),
+            radius=float(self._tracker.radius),
+            margin_estimate=self._tracker.margin_estimate(),
+            invalid=dict(self._invalid),
+            partitions=self._frozen_partitions(),
+            events_per_second=rate,
+            taken_at=now,
+            description=self._description(),
+            voted={"voters": learner.n_voters, "dropped_voters": learner.dropped_voters},
+        )
+        self._snapshot = snapshot
+        return snapshot
+
+    def _description(self) -> Mapping[str, Any]:
+        dimension = self._learner.dimension
+        if self._described is None or self._described[0] != dimension:
+            self._described = (dimension, _describe(self._learner))
+        return self._described[1]
+
+    def _notify_batch(self, report: BatchReport) -> None:
+        _call(self._observer.on_batch, report)
+        for reason, count in report.rejected_by_reason.items():
+            _call(self._observer.on_rejected, reason, count)
+
+
+def _call(method: Callable[..., None], *args: Any) -> None:
+    """Call an observer method; an observer bug must never stop the consumer."""
+    try:
+        method(*args)
+    except Exception:
+        logger.exception("engine observer %s failed", getattr(method, "__qualname__", method))
+
+
+def _partitions_from(
+    extra: Mapping[str, Any],
+) -> tuple[dict[PartitionKey, _Partition], dict[str, int]]:
+    if extra.get("format") != STATE_FORMAT:
+        raise ValueError(
+            f"checkpoint extra has format {extra.get('format')!r}, expected {STATE_FORMAT}"
+        )
+    partitions: dict[PartitionKey, _Partition] = {}
+    for item in extra["partitions"]:
+        key, state = _Partition.from_state(item)
+        partitions[key] = state
+    invalid = {str(reason): int(count) for reason, count in dict(extra["invalid"]).items()}
+    return partitions, invalid
+
+
+def offsets_text(offsets: Iterable[tuple[PartitionKey, int]]) -> str:
+    """``topic/partition@offset`` list for logs."""
+    return ", ".join(f"{t}/{p}@{o}" for (t, p), o in sorted(offsets))

@@ -1,0 +1,173 @@
+"""Wiring: settings → registry, metrics, model, engine, consumer runner, HTTP app, one process.
+
+:func:`build_service` builds everything from the one settings object; :class:`Service` runs the
+consumer thread and uvicorn in this process; :func:`run_service` adds the signal handling of
+``novikoff serve``: SIGTERM or Ctrl-C stop the HTTP server and the consumer within the shutdown
+deadline, and the consumer writes its final checkpoint and commits before the process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from consumers.checkpoint import CheckpointStore
+from consumers.engine import Engine
+from consumers.runner import ConsumerRunner
+from service.app import create_app
+from service.logs import configure_logging
+from service.metrics import Metrics
+from service.model import ReferenceError, build_learner, build_tracker
+from service.server import HttpServer
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+SUPERVISE_INTERVAL_S = 0.5
+HTTP_SHARE_OF_DEADLINE = 0.5
+"""uvicorn gets at most this share of the deadline for in-flight requests; the rest is the
+consumer's (final checkpoint and commit)."""
+
+
+class StartupError(RuntimeError):
+    """The service cannot start (bad reference file, unreadable checkpoint directory...)."""
+
+
+@dataclass
+class Service:
+    """Everything the process runs, built from one settings object."""
+
+    settings: Settings
+    registry: CollectorRegistry
+    metrics: Metrics
+    engine: Engine
+    runner: ConsumerRunner
+    app: FastAPI
+    http: HttpServer
+
+    @property
+    def url(self) -> str:
+        """Base URL of the HTTP API."""
+        return self.http.url
+
+    @property
+    def running(self) -> bool:
+        """Whether both the HTTP server and the consumer are still running."""
+        return self.http.running and self.runner.running
+
+    def start(self) -> None:
+        """Start the consumer thread, then the HTTP server; return once both run."""
+        self.runner.start()
+        try:
+            self.http.start()
+        except Exception:
+            self.runner.stop()
+            self.runner.join(self.settings.service.shutdown_deadline_seconds)
+            raise
+
+    def stop(self, deadline_s: float | None = None) -> bool:
+        """Stop serving and consuming within ``deadline_s``; return whether all stopped in time.
+
+        Both are asked to stop at once: uvicorn finishes in-flight requests while the consumer
+        finishes its batch, writes the final checkpoint and commits offsets.
+        """
+        deadline_s = deadline_s or self.settings.service.shutdown_deadline_seconds
+        start = time.monotonic()
+        self.http.request_stop()
+        self.runner.stop()
+        http_done = self.http.join(deadline_s * HTTP_SHARE_OF_DEADLINE)
+        runner_done = self.runner.join(max(0.0, deadline_s - (time.monotonic() - start)))
+        elapsed = time.monotonic() - start
+        if http_done and runner_done:
+            logger.info("stopped cleanly in %.2fs", elapsed)
+        else:
+            logger.error(
+                "did not stop within %.1fs (http stopped: %s, consumer stopped: %s)",
+                deadline_s,
+                http_done,
+                runner_done,
+            )
+        return http_done and runner_done
+
+
+def build_service(settings: Settings, registry: CollectorRegistry | None = None) -> Service:
+    """Build the whole service from ``settings`` (nothing runs until :meth:`Service.start`).
+
+    Raises
+    ------
+    StartupError
+        When a reference separator or the checkpoint cannot be loaded.
+    """
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = Metrics(registry)
+    learner = build_learner(settings.model)
+    try:
+        tracker = build_tracker(settings, learner.encoder.dimension)
+    except ReferenceError as exc:
+        raise StartupError(str(exc)) from None
+    store = CheckpointStore(settings.checkpoint.path)
+    engine = Engine(learner, tracker, observer=metrics)
+    engine.restore(store)
+    runner = ConsumerRunner(
+        engine=engine,
+        store=store,
+        consumer_config=settings.kafka.consumer_config(),
+        producer_config=settings.kafka.producer_config(),
+        topic=settings.kafka.topic,
+        dlq_topic=settings.kafka.dead_letter_topic,
+        poll_timeout_ms=settings.kafka.poll_timeout_ms,
+        checkpoint_every_events=settings.checkpoint.every_events,
+        checkpoint_every_seconds=settings.checkpoint.every_seconds,
+    )
+    app = create_app(settings, engine, runner, metrics)
+    http = HttpServer(
+        app,
+        settings.http.host,
+        settings.http.port,
+        graceful_timeout_s=settings.service.shutdown_deadline_seconds * HTTP_SHARE_OF_DEADLINE,
+        access_log=settings.http.access_log,
+    )
+    return Service(settings, registry, metrics, engine, runner, app, http)
+
+
+def run_service(settings: Settings) -> int:
+    """``novikoff serve``: run until SIGTERM or SIGINT, then stop cleanly; return the exit code."""
+    configure_logging(settings.logging)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logger.info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            service = build_service(settings)
+            service.start()
+        except (StartupError, OSError, RuntimeError) as exc:
+            logger.error("cannot start: %s", exc)
+            return EXIT_FAILURE
+        logger.info(
+            "novikoff serving %s, consuming %s from %s",
+            service.url,
+            settings.kafka.topic,
+            settings.kafka.bootstrap_servers,
+        )
+        while not stop.wait(SUPERVISE_INTERVAL_S):
+            if not service.running:
+                logger.error("a component stopped unexpectedly; shutting down")
+                service.stop()
+                return EXIT_FAILURE
+        return EXIT_OK if service.stop() else EXIT_FAILURE
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,305 @@
+"""The HTTP API with a real learner behind it: predictions, problems, limits, readiness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+
+from service.app import create_app
+from service.metrics import Metrics
+from service.settings import Settings, load_settings
+from tests.unit.service.engines import FakeRunner, trained_engine
+
+PLA_X = np.array([[1.0, 2.0], [1.0, -0.25]])
+PLA_Y = np.array([-1.0, 1.0])
+PROBLEM = "application/problem+json"
+
+
+def pla_settings(**http: Any) -> Settings:
+    return load_settings(
+        model={"dim": 1},
+        bound={"references": [{"name": "u", "weights": [0.0, -1.0]}]},
+        http={"max_body_bytes": 4096, "max_batch_size": 8, "max_features": 16, **http},
+    )
+
+
+@pytest.fixture
+def runner() -> FakeRunner:
+    return FakeRunner(connected=True)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def client(runner: FakeRunner, registry: CollectorRegistry) -> Iterator[TestClient]:
+    settings = pla_settings()
+    engine = trained_engine(settings, PLA_X, PLA_Y)
+    app = create_app(settings, engine, runner, Metrics(registry))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def assert_problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"].startswith("urn:novikoff:problem:")
+    assert body["title"] and body["detail"]
+    return body
+
+
+# -- predictions -----------------------------------------------------------------------------
+
+
+def test_single_prediction_uses_the_pla_weights(client: TestClient) -> None:
+    # After the PLA notes' two events the last weights are (bias 0, w -2.25).
+    response = client.post("/predict", json={"features": [3.0], "predictor": "last"})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {
+        "label": "-1",
+        "score": -6.75,
+        "model_version": 2,
+        "predictor": "last",
+    }
+
+
+def test_default_predictor_is_the_configured_one(client: TestClient) -> None:
+    body = client.post("/predict", json={"features": [3.0]}).json()
+    assert body["predictor"] == "averaged"
+
+
+@pytest.mark.parametrize("predictor", ["last", "averaged", "voted"])
+def test_batch_prediction_matches_the_snapshot(client: TestClient, predictor: str) -> None:
+    features = [[3.0], [-3.0], [0.0], [1e-3]]
+    response = client.post(
+        "/predict",
+        json={"instances": [{"features": f} for f in features], "predictor": predictor},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    snapshot = client.app.state.engine.snapshot.predictor  # type: ignore[attr-defined]
+    X = np.hstack([np.ones((4, 1)), np.array(features)])
+    labels, scores = snapshot.predict_batch(X, predictor)
+    assert [p["label"] for p in body["predictions"]] == labels
+    assert [p["score"] for p in body["predictions"]] == scores.tolist()
+    assert body["model_version"] == snapshot.version
+
+
+def test_single_and_batch_agree(client: TestClient) -> None:
+    one = client.post("/predict", json={"features": [0.7]}).json()
+    many = client.post("/predict", json={"instances": [{"features": [0.7]}]}).json()
+    assert many["predictions"][0] == {"label": one["label"], "score": one["score"]}
+
+
+def test_routed_predict_path_answers_like_the_fast_path(
+    runner: FakeRunner, registry: CollectorRegistry
+) -> None:
+    settings = pla_settings()
+    engine = trained_engine(settings, PLA_X, PLA_Y)
+    app = create_app(settings, engine, runner, Metrics(registry))
+    request = {"instances": [{"features": [0.7]}, {"features": [-2]}], "predictor": "voted"}
+    with TestClient(app) as test_client:
+        fast = test_client.post("/predict", json=request)
+        app.predict_handler = None  # type: ignore[attr-defined]
+        routed = test_client.post("/predict", json=request)
+        bad = test_client.post("/predict", json={"features": [True]})
+    assert routed.status_code == fast.status_code == 200
+    assert routed.json() == fast.json()
+    assert_problem(bad, 422)
+
+
+# -- problems --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "pointer"),
+    [
+        ({"features": [1.0, 2.0]}, "wrong_dimension", "/features"),
+        ({"features": ["a"]}, "non_numeric", "/features"),
+        ({"features": [True]}, "boolean_feature", "/features"),
+        ({"features": []}, "empty_features", "/features"),
+        ({"features": {"a": 1}}, "wrong_type", "/features"),
+        ({"features": None}, "wrong_type", "/features"),
+        ({"features": [1.0], "predictor": "best"}, "unknown_predictor", "/predictor"),
+        ({"features": [1.0], "extra": 1}, "unknown_field", "/extra"),
+        ({}, "features_or_instances", ""),
+        ({"features": [1.0], "instances": []}, "features_or_instances", ""),
+        ({"instances": []}, "empty_batch", "/instances"),
+        ({"instances": {"features": [1]}}, "wrong_type", "/instances"),
+        ({"instances": [1]}, "wrong_type", "/instances/0"),
+        ({"instances": [{}]}, "missing_features", "/instances/0"),
+        ({"instances": [{"features": [1], "label": 1}]}, "unknown_field", "/instances/0"),
+        (
+            {"instances": [{"features": [1]}, {"features": [1, 2]}]},
+            "wrong_dimension",
+            "/instances/1/features",
+        ),
+    ],
+)
+def test_invalid_requests_are_422_problems_pointing_at_the_fault(
+    client: TestClient, body: Any, code: str, pointer: str
+) -> None:
+    problem = assert_problem(client.post("/predict", json=body), 422)
+    assert problem["errors"][0]["code"] == code
+    assert problem["errors"][0]["pointer"] == pointer
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"text"', b"3", b"null"])
+def test_a_body_that_is_not_an_object_is_a_422(client: TestClient, body: bytes) -> None:
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    assert assert_problem(response, 422)["errors"][0]["code"] == "wrong_type"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{",
+        b"",
+        b'{"features": [NaN]}',
+        b'{"features": [1e999]}',
+        b"\xff\xfe",
+        b'{"features": [1,]}',
+    ],
+)
+def test_malformed_json_is_a_400(client: TestClient, body: bytes) -> None:
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    assert_problem(response, 400)
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_wrong_content_type_is_a_415(client: TestClient, content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    response = client.post("/predict", content=b'{"features": [1]}', headers=headers)
+    assert_problem(response, 415)
+
+
+def test_json_with_charset_and_suffix_types_are_accepted(client: TestClient) -> None:
+    for content_type in ("application/json; charset=utf-8", "application/vnd.novikoff+json"):
+        body = b'{"features": [1]}'
+        response = client.post("/predict", content=body, headers={"content-type": content_type})
+        assert response.status_code == 200, content_type
+
+
+def test_unknown_path_is_a_404_problem(client: TestClient) -> None:
+    assert "no resource at /nope" in assert_problem(client.get("/nope"), 404)["detail"]
+
+
+def test_wrong_method_is_a_405_problem_with_allow(client: TestClient) -> None:
+    response = client.get("/predict")
+    assert_problem(response, 405)
+    assert response.headers["allow"] == "POST"
+    assert_problem(client.delete("/stats"), 405)
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+def test_declared_oversized_body_is_refused_before_reading(client: TestClient) -> None:
+    body = orjson.dumps({"instances": [{"features": [1.0]}] * 1000})
+    assert len(body) > 4096
+    problem = assert_problem(
+        client.post("/predict", content=body, headers={"content-type": "application/json"}), 413
+    )
+    assert "4096 bytes" in problem["detail"]
+
+
+def test_streamed_oversized_body_is_refused(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"instances": ['
+        for _ in range(1000):
+            yield b'{"features": [1.0]},'
+        yield b'{"features": [1.0]}]}'
+
+    response = client.post(
+        "/predict", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert_problem(response, 413)
+
+
+def test_batch_over_the_limit_is_refused(client: TestClient) -> None:
+    body = {"instances": [{"features": [1.0]}] * 9}
+    problem = assert_problem(client.post("/predict", json=body), 422)
+    assert problem["errors"][0]["code"] == "batch_too_large"
+    assert client.post("/predict", json={"instances": body["instances"][:8]}).status_code == 200
+
+
+def test_too_many_features_are_refused(runner: FakeRunner, registry: CollectorRegistry) -> None:
+    settings = load_settings(
+        model={"encoding": "hashing", "hashing_bits": 4}, http={"max_features": 3}
+    )
+    engine = trained_engine(settings, np.zeros((0, 17)), np.zeros(0))
+    with TestClient(create_app(settings, engine, runner, Metrics(registry))) as test_client:
+        ok = test_client.post("/predict", json={"features": {"a": 1, "b": 2, "c": 3}})
+        too_many = test_client.post("/predict", json={"features": {"a": 1, "b": 2, "c": 3, "d": 4}})
+    assert ok.status_code == 200
+    assert assert_problem(too_many, 422)["errors"][0]["code"] == "too_many_features"
+
+
+# -- reads -----------------------------------------------------------------------------------
+
+
+def test_model_and_stats_come_from_the_snapshot(client: TestClient) -> None:
+    snapshot = client.app.state.engine.snapshot  # type: ignore[attr-defined]
+    model = client.get("/model").json()
+    stats = client.get("/stats").json()
+    assert model["weights"]["last"] == [0.0, -2.25]
+    assert stats["mistakes"] == 2
+    assert stats["seen"] == 2
+    assert stats["ready"] is True
+    assert stats["bounds"][0]["name"] == "u"
+    assert stats["mistakes"] == snapshot.stats["mistakes"]
+
+
+def test_health_and_readiness(client: TestClient, runner: FakeRunner) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    runner.connected = False
+    runner.not_ready_reason = "cannot reach the broker at 127.0.0.1:9"
+    problem = assert_problem(client.get("/readyz"), 503)
+    assert "cannot reach the broker" in problem["detail"]
+    assert client.get("/stats").json()["ready"] is False
+    assert client.get("/healthz").status_code == 200
+
+
+def test_metrics_endpoint_serves_the_registry(
+    client: TestClient, registry: CollectorRegistry
+) -> None:
+    client.post("/predict", json={"features": [1.0]})
+    client.get("/nope")
+    text = client.get("/metrics").text
+    assert "novikoff_http_request_duration_seconds_count" in text
+    labels = {"route": "/predict", "method": "POST", "status": "200"}
+    assert registry.get_sample_value("novikoff_http_request_duration_seconds_count", labels) == 1
+    unmatched = {"route": "unmatched", "method": "GET", "status": "404"}
+    assert registry.get_sample_value("novikoff_http_request_duration_seconds_count", unmatched) == 1
+
+
+def test_openapi_documents_every_endpoint(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    for path in (
+        "/predict",
+        "/model",
+        "/stats",
+        "/stats/history",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ):
+        assert path in spec["paths"], path
+    predict = spec["paths"]["/predict"]["post"]
+    schema = predict["requestBody"]["content"]["application/json"]["schema"]
+    features = schema["oneOf"][0]["properties"]["features"]
+    assert features["minItems"] == features["maxItems"] == 1
+    assert {"400", "413", "415", "422"} <= set(predict["responses"])
+    assert client.get("/docs").status_code == 200
