@@ -39,6 +39,7 @@ from consumers.events import DecodedBatch, EventDecoder, LabelLookup, SourceReco
 from learning import (
     BoundStatus,
     BoundTracker,
+    Encoder,
     MarginEstimate,
     MulticlassPerceptron,
     Perceptron,
@@ -233,6 +234,7 @@ class CheckpointReport:
     seconds: float
     size_bytes: int
     sequence: int | None
+    offsets: Mapping[PartitionKey, int] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -412,6 +414,7 @@ class Engine:
         self._invalid: Counter[str] = Counter()
         self._rate_points: deque[tuple[float, int]] = deque(maxlen=MAX_RATE_POINTS)
         self._snapshot: EngineSnapshot
+        self._restore_report: RestoreReport | None = None
         self._install(learner, tracker)
 
     # -- read side ------------------------------------------------------------------------------
@@ -420,6 +423,16 @@ class Engine:
     def snapshot(self) -> EngineSnapshot:
         """The latest published snapshot (a plain attribute read: atomic)."""
         return self._snapshot
+
+    @property
+    def encoder(self) -> Encoder:
+        """The learner's feature encoder (what HTTP predictions validate with)."""
+        return self._learner.encoder
+
+    @property
+    def restore_report(self) -> RestoreReport | None:
+        """What :meth:`restore` found (``None`` until it ran)."""
+        return self._restore_report
 
     @property
     def decoder(self) -> EventDecoder:
@@ -545,7 +558,7 @@ class Engine:
         """Save a checkpoint to ``store``; failures are reported, logged and raised."""
         started = time.perf_counter()
         try:
-            payload, _ = self.checkpoint_bytes()
+            payload, offsets = self.checkpoint_bytes()
             info = store.save(payload)
         except Exception as exc:
             report = CheckpointReport(
@@ -562,6 +575,7 @@ class Engine:
             seconds=time.perf_counter() - started,
             size_bytes=info.size_bytes,
             sequence=info.sequence,
+            offsets=offsets,
         )
         _call(self._observer.on_checkpoint, report)
         return report
@@ -601,7 +615,7 @@ class Engine:
                 len(partitions),
                 ", ".join(f"{t}/{p}@{s.next_offset}" for (t, p), s in sorted(partitions.items())),
             )
-            return RestoreReport(
+            self._restore_report = RestoreReport(
                 restored=True,
                 path=str(loaded.path),
                 sequence=loaded.sequence,
@@ -609,9 +623,18 @@ class Engine:
                 seen=learner.n_seen,
                 partitions=len(partitions),
             )
-        return RestoreReport(
+            return self._restore_report
+        if skipped:
+            logger.error(
+                "NO usable checkpoint: %d checkpoint(s) in %s were damaged or unreadable; "
+                "starting from an EMPTY model",
+                len(skipped),
+                store.directory,
+            )
+        self._restore_report = RestoreReport(
             restored=False, path=None, sequence=None, skipped=tuple(skipped), seen=0, partitions=0
         )
+        return self._restore_report
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -96,6 +96,7 @@ ALLOWED_FIELDS = frozenset({FEATURES, LABEL, ID, TS})
 REQUIRED_FIELDS = 2
 
 MAX_ID_LENGTH = 256
+MAX_DOUBLE_DIGITS = 309
 MAX_NESTING_DEPTH = 32
 MAX_MESSAGE_CHARS = 300
 MAX_MATRIX_ELEMENTS = 8_000_000
@@ -466,6 +467,19 @@ class _NonFiniteTracker:
             self.seen = True
         return value
 
+    def integer(self, text: str) -> int | float:
+        # A double holds at most 309 integer digits; longer integers overflow it (and Python
+        # refuses to convert very long digit strings at all).
+        if len(text.lstrip("-")) > MAX_DOUBLE_DIGITS:
+            self.seen = True
+            return float("-inf") if text.startswith("-") else float("inf")
+        value = int(text)
+        try:
+            float(value)
+        except OverflowError:
+            self.seen = True
+        return value
+
 
 def parse_event_json(value: object) -> Any:
     """Parse one record value exactly, or raise :class:`InvalidEventError` saying why not.
@@ -500,12 +514,13 @@ def parse_event_json(value: object) -> Any:
             object_pairs_hook=_refuse_duplicates,
             parse_constant=tracker.constant,
             parse_float=tracker.number,
+            parse_int=tracker.integer,
         )
     except _DuplicateKeyError as exc:
         raise InvalidEventError(
             DUPLICATE_KEY, _clip(f"key {exc.args[0]!r} appears more than once")
         ) from None
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise InvalidEventError(NOT_JSON, _clip(str(strict_error or exc))) from None
     if strict_error is None:
         return parsed

@@ -19,8 +19,8 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from consumers.checkpoint import CheckpointStore
-from consumers.engine import Engine
-from consumers.runner import ConsumerRunner
+from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.runner import ConsumerRunner, RunnerSettings
 from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -34,8 +34,10 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 SUPERVISE_INTERVAL_S = 0.5
 HTTP_SHARE_OF_DEADLINE = 0.5
-"""uvicorn gets at most this share of the deadline for in-flight requests; the rest is the
-consumer's (final checkpoint and commit)."""
+"""uvicorn gets at most this share of the deadline for in-flight requests."""
+CONSUMER_SHARE_OF_DEADLINE = 0.8
+"""The consumer's own stop deadline (last batch, final checkpoint, commit, close); both stop in
+parallel, and the rest of the deadline is margin for the threads to end."""
 
 
 class StartupError(RuntimeError):
@@ -114,20 +116,14 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         tracker = build_tracker(settings, learner.encoder.dimension)
     except ReferenceError as exc:
         raise StartupError(str(exc)) from None
-    store = CheckpointStore(settings.checkpoint.path)
-    engine = Engine(learner, tracker, observer=metrics)
-    engine.restore(store)
-    runner = ConsumerRunner(
-        engine=engine,
-        store=store,
-        consumer_config=settings.kafka.consumer_config(),
-        producer_config=settings.kafka.producer_config(),
-        topic=settings.kafka.topic,
-        dlq_topic=settings.kafka.dead_letter_topic,
-        poll_timeout_ms=settings.kafka.poll_timeout_ms,
-        checkpoint_every_events=settings.checkpoint.every_events,
-        checkpoint_every_seconds=settings.checkpoint.every_seconds,
-    )
+    try:
+        store = CheckpointStore(settings.checkpoint.path)
+        engine = Engine(learner, tracker, observer=metrics)
+        engine.restore(store)
+    except (IncompatibleCheckpointError, OSError) as exc:
+        raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
+    metrics.record_stats(engine.snapshot.stats)
+    runner = ConsumerRunner(engine, store, runner_settings(settings))
     app = create_app(settings, engine, runner, metrics)
     http = HttpServer(
         app,
@@ -137,6 +133,21 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         access_log=settings.http.access_log,
     )
     return Service(settings, registry, metrics, engine, runner, app, http)
+
+
+def runner_settings(settings: Settings) -> RunnerSettings:
+    """The consumer runner's settings from the service's."""
+    return RunnerSettings(
+        topic=settings.kafka.topic,
+        consumer_config=settings.kafka.consumer_config(),
+        producer_config=settings.kafka.producer_config(),
+        dlq_topic=settings.kafka.dead_letter_topic,
+        poll_timeout_ms=settings.kafka.poll_timeout_ms,
+        checkpoint_every_events=settings.checkpoint.every_events,
+        checkpoint_every_seconds=settings.checkpoint.every_seconds,
+        shutdown_deadline_seconds=settings.service.shutdown_deadline_seconds
+        * CONSUMER_SHARE_OF_DEADLINE,
+    )
 
 
 def run_service(settings: Settings) -> int:

@@ -9,8 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from service import produce
-
-# from service.assembly import run_service
+from service.assembly import run_service
 from service.demo import DemoOptions, run_demo
 from service.offline import fit_file
 from service.settings import Settings, SettingsError, load_settings
@@ -161,7 +160,8 @@ def _add_fit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--epochs",
         type=int,
         default=DEFAULT_EPOCHS,
-        help=f"maximum epochs; stops early after an epoch without updates (default {DEFAULT_EPOCHS})",
+        help="maximum epochs; stops early after an epoch without updates "
+        f"(default {DEFAULT_EPOCHS})",
     )
     parser.add_argument(
         "--shuffle-seed", type=int, help="shuffle each epoch with this seed (default: file order)"

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+
+from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ BATCH_SECONDS_BUCKETS = (
     1.0,
     2.5,
 )
+CHECKPOINT_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUEST_SECONDS_BUCKETS = (
     0.0001,
     0.00025,
@@ -57,7 +61,7 @@ OTHER_METHOD = "other"
 
 
 class Metrics:
-    """The novikoff metrics on one registry.
+    """The novikoff metrics on one registry; the engine's observer (``EngineObserver``).
 
     Parameters
     ----------
@@ -177,6 +181,28 @@ class Metrics:
             "Records in the batches timed by novikoff_batch_processing_seconds.",
             registry=registry,
         )
+        self._checkpoints = Counter(
+            "novikoff_checkpoints",
+            "Checkpoint attempts by outcome (ok or failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self._checkpoint_seconds = Histogram(
+            "novikoff_checkpoint_duration_seconds",
+            "Time to serialise and durably write one checkpoint.",
+            buckets=CHECKPOINT_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self._checkpoint_bytes = Gauge(
+            "novikoff_checkpoint_size_bytes",
+            "Size of the last checkpoint written.",
+            registry=registry,
+        )
+        self._last_checkpoint = Gauge(
+            "novikoff_last_checkpoint_timestamp_seconds",
+            "Unix time of the last successful checkpoint.",
+            registry=registry,
+        )
         self._request_seconds = Histogram(
             "novikoff_http_request_duration_seconds",
             "Time to answer an HTTP request, by route template, method and status code.",
@@ -189,7 +215,37 @@ class Metrics:
         self._request_children: dict[tuple[str, str, int], Histogram] = {}
         self._lag_series: set[tuple[str, str]] = set()
 
-    # -- consumer side ------------------------------------------------------------------------
+    # -- the engine's observer ----------------------------------------------------------------
+
+    def on_batch(self, report: BatchReport) -> None:
+        """A batch was applied: bring everything to its snapshot and time it."""
+        snapshot = report.snapshot
+        self.record_stats(snapshot.stats)
+        predictor = snapshot.predictor
+        self.record_weight_norms(
+            {
+                "last": float(np.linalg.norm(predictor.weights)),
+                "averaged": float(np.linalg.norm(predictor.averaged_weights)),
+            }
+        )
+        self.observe_batch(report.seconds, report.records)
+
+    def on_rejected(self, reason: str, count: int) -> None:
+        """Rejections are counted from the snapshot's ``invalid`` (see :meth:`on_batch`)."""
+
+    def on_checkpoint(self, report: CheckpointReport) -> None:
+        """Count a checkpoint attempt; time and size the successful ones."""
+        self._checkpoints.labels(outcome="ok" if report.ok else "failed").inc()
+        if report.ok:
+            self._checkpoint_seconds.observe(report.seconds)
+            self._checkpoint_bytes.set(report.size_bytes)
+            self._last_checkpoint.set_to_current_time()
+
+    def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
+        """Highwater marks changed: update the lag of every partition."""
+        self._record_lag([progress.as_dict() for progress in partitions])
+
+    # -- from /stats ---------------------------------------------------------------------------
 
     def record_stats(self, stats: Mapping[str, Any]) -> None:
         """Bring every learning metric to the values of a ``/stats`` dictionary.

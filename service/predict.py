@@ -19,9 +19,11 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from consumers._scan import count_markers
 from consumers.events import validate_features
 from learning import DenseEncoder, FeatureError, Predictor
 from learning.encoders import MAX_ABS_FEATURE, Encoder
+from service._fastbody import DenseInstances, parse_dense_instances
 from service.problems import FieldError, Problem
 
 logger = logging.getLogger(__name__)
@@ -31,7 +33,6 @@ REQUEST_FIELDS = frozenset({"features", "instances", "predictor"})
 INSTANCE_FIELDS = frozenset({"features"})
 NUMBER_TYPES = frozenset({int, float})
 MARKER_CHARACTERS = ("u", "l")
-MARKER_BYTES = tuple(ord(c) for c in '"ul\\')
 MAX_REPORTED_ERRORS = 10
 JSON_MEDIA_TYPES = ("application/json",)
 JSON_SUFFIX = "+json"
@@ -97,6 +98,12 @@ class PredictHandler:
         Problem
             400 for a body that is not JSON, 422 for one that is not a valid request.
         """
+        fast = self._read_dense_batch(body)
+        if fast is not None:
+            request: dict[str, Any] = (
+                {} if fast.predictor is None else {"predictor": fast.predictor}
+            )
+            return self._batch_response(fast.X, self._predictor_name(request))
         request = _parse(body)
         predictor_name = self._predictor_name(request)
         predictor = self._snapshot()
@@ -112,6 +119,22 @@ class PredictHandler:
                 }
             )
         X = self._encode_instances(request["instances"], body, request.get("predictor"))
+        return self._batch_response(X, predictor_name)
+
+    def _read_dense_batch(self, body: bytes) -> DenseInstances | None:
+        """The batch of a dense model read by the compiled reader, or None (general path)."""
+        if self._dense_width is None:
+            return None
+        return parse_dense_instances(
+            body,
+            n_features=self._dense_width,
+            bias=self._encoder.bias,
+            max_abs=MAX_ABS_FEATURE,
+            max_instances=self._limits.max_batch_size,
+        )
+
+    def _batch_response(self, X: NDArray[np.float64], predictor_name: str) -> bytes:
+        predictor = self._snapshot()
         labels, scores = _predict(predictor, X, predictor_name, batch=True)
         predictions = [
             {"label": label, "score": score} for label, score in zip(labels, scores, strict=True)
@@ -264,8 +287,7 @@ def only_numbers_in_features(body: bytes, instances: int, predictor: object) -> 
     >>> only_numbers_in_features(b'{"instances": [{"features": [1, true]}]}', 1, None)
     False
     """
-    raw = np.frombuffer(body, dtype=np.uint8)
-    found = sum(int(np.count_nonzero(raw == marker)) for marker in MARKER_BYTES)
+    found = count_markers([body])
     # "instances": 2 quotes; each "features": 2 quotes and one "u".
     expected = 2 + 3 * instances
     if isinstance(predictor, str):

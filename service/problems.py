@@ -125,6 +125,22 @@ class ProblemModel(BaseModel):
     )
 
 
+def add_problem_schemas(app: FastAPI) -> None:
+    """Put ``ProblemModel`` (referenced by :func:`problem_responses`) in the OpenAPI components."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = generate()
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        if "ProblemModel" not in schemas:
+            problem = ProblemModel.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(problem.pop("$defs", {}))
+            schemas["ProblemModel"] = problem
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries documenting problem bodies for ``statuses``."""
     schema = {"$ref": "#/components/schemas/ProblemModel"}
@@ -206,3 +222,4 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(Exception, on_unexpected)
+    add_problem_schemas(app)

@@ -38,7 +38,9 @@ STOP_TIMEOUT_S = 30.0
 POLL_S = 0.1
 
 
-def config_text(bootstrap: str, topic: str, port: int, state: Path, extra: str) -> str:
+def config_text(
+    bootstrap: str, topic: str, port: int, state: Path, extra: str, checkpoint_every: int
+) -> str:
     return f"""
 [kafka]
 bootstrap_servers = "{bootstrap}"
@@ -50,6 +52,8 @@ port = {port}
 
 [checkpoint]
 path = "{state}"
+every_events = {checkpoint_every}
+every_seconds = 600.0
 
 {extra}
 """
@@ -130,9 +134,10 @@ def serve(tmp_path: Path, kafka_bootstrap: str, topic_name: str) -> Iterator[Any
     port = free_port()
     state = tmp_path / "state"
 
-    def start(extra: str = "") -> ServeProcess:
+    def start(extra: str = "", checkpoint_every: int = 10_000) -> ServeProcess:
         config = tmp_path / "novikoff.toml"
-        config.write_text(config_text(kafka_bootstrap, topic_name, port, state, extra))
+        text = config_text(kafka_bootstrap, topic_name, port, state, extra, checkpoint_every)
+        config.write_text(text)
         process = ServeProcess(config, port, tmp_path / f"serve-{len(processes)}.log")
         processes.append(process)
         return process.start()
@@ -274,8 +279,7 @@ def test_sigkill_mid_stream_then_restart_is_bit_identical(
     values = [value for _, value in STREAM.records(STREAM_EVENTS)]
     # Checkpoints every 1,500 events, so the kill lands between checkpoints with events applied
     # in memory that the restart must re-apply exactly once.
-    extra = "[checkpoint]\nevery_events = 1500\nevery_seconds = 60.0\n"
-    first = serve(stream_config(extra))
+    first = serve(stream_config(), checkpoint_every=1_500)
     producer = threading.Thread(target=publish, args=(kafka_bootstrap, topic_name, values, 200))
     producer.start()
     at_kill = first.wait_seen(STREAM_EVENTS // 3)["seen"]
@@ -283,7 +287,7 @@ def test_sigkill_mid_stream_then_restart_is_bit_identical(
     producer.join()
     assert at_kill < STREAM_EVENTS, "the kill came after the stream ended"
     killed_at = first.tail()
-    second = serve(stream_config(extra))
+    second = serve(stream_config(), checkpoint_every=1_500)
     stats = second.wait_seen(STREAM_EVENTS)
     assert stats["seen"] == STREAM_EVENTS, killed_at
     time.sleep(1.0)  # nothing more may arrive: each event is applied exactly once
@@ -299,14 +303,13 @@ def test_sigterm_writes_a_final_checkpoint(
     ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
     count = 3_000
     publish(kafka_bootstrap, topic_name, [value for _, value in STREAM.records(count)])
-    extra = "[checkpoint]\nevery_events = 1000000\nevery_seconds = 3600.0\n"
-    first = serve(stream_config(extra))
+    first = serve(stream_config(), checkpoint_every=1_000_000)
     first.wait_seen(count)
     started = time.monotonic()
     assert first.terminate() == 0
     assert time.monotonic() - started < settings.service.shutdown_deadline_seconds
     assert list((tmp_path / "state").glob("checkpoint-*.ckpt")), first.tail()
-    second = serve(stream_config(extra))
+    second = serve(stream_config(), checkpoint_every=1_000_000)
     stats = second.json("/stats")
     assert stats["seen"] == count
     assert_served_model_is(second, offline_expectation(count))

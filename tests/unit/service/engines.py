@@ -1,16 +1,23 @@
-"""Engines and runners for the HTTP tests (no broker)."""
+"""A real engine trained on given events, and a runner whose readiness the tests set."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+import orjson
 
-from learning import Predictor
-from learning.encoders import Encoder
+from consumers.checkpoint import CheckpointStore
+from consumers.engine import Engine
+from consumers.events import Record
+from service.metrics import Metrics
 from service.model import build_learner, build_tracker
 from service.settings import Settings
+
+PLA_EVENTS = [{"features": [2], "label": -1}, {"features": [-0.25], "label": 1}]
+"""The PLA notes' two events: after them the last weights are (bias 0, w -2.25)."""
 
 
 @dataclass
@@ -21,35 +28,22 @@ class FakeRunner:
     not_ready_reason: str | None = None
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    predictor: Predictor
-    stats: dict[str, Any]
-    model: dict[str, Any]
-
-
-class _TrainedEngine:
-    """A learner and tracker trained on fixed data (stand-in until consumers.engine exists)."""
-
-    def __init__(self, settings: Settings, X: np.ndarray, y: np.ndarray) -> None:
-        learner = build_learner(settings.model)
-        tracker = build_tracker(settings, learner.encoder.dimension)
-        if len(X):
-            result = learner.learn_batch(X, y)
-            tracker.observe_batch(X, y, result)
-        self.encoder: Encoder = learner.encoder
-        snapshot = learner.snapshot()
-        self.snapshot = _Snapshot(
-            snapshot,
-            {
-                "seen": learner.n_seen,
-                "mistakes": learner.n_updates,
-                "bounds": [status.as_dict() for status in tracker.status()],
-            },
-            {"weights": {"last": snapshot.weights.tolist()}},
-        )
-
-
-def trained_engine(settings: Settings, X: np.ndarray, y: np.ndarray) -> Any:
-    """An engine whose model has learned ``X, y`` in order."""
-    return _TrainedEngine(settings, X, y)
+def trained_engine(
+    settings: Settings,
+    events: Sequence[Any],
+    state_dir: Path,
+    metrics: Metrics | None = None,
+    topic: str = "events",
+) -> Engine:
+    """An engine restored from (empty) ``state_dir`` that has applied ``events`` in order."""
+    learner = build_learner(settings.model)
+    tracker = build_tracker(settings, learner.encoder.dimension)
+    engine = Engine(learner, tracker, observer=metrics)
+    engine.restore(CheckpointStore(state_dir))
+    records = [
+        Record(topic, 0, offset, event if isinstance(event, bytes) else orjson.dumps(event))
+        for offset, event in enumerate(events)
+    ]
+    if records:
+        engine.apply(engine.decoder.decode_batch(records))
+    return engine

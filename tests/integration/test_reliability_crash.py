@@ -1,0 +1,173 @@
+"""Crash safety: SIGKILL ``novikoff serve`` three times mid-stream, restart it, lose nothing.
+
+A 50,000-record stream (valid events plus a sprinkling of poison) is published first; the service
+then consumes it and is killed with SIGKILL three times, each time after at least 20% more of the
+stream than at the previous kill, at seeded random points (the seed is in every failure message;
+``NOVIKOFF_FAULT_SEED`` replays one). Checkpoints are frequent, so kills also land while a
+checkpoint is being written.
+
+What must hold after the last restart drains the stream:
+
+* every produced record was applied exactly once: per partition, the service's applied offset
+  ranges cover every produced offset, and its learned / rejected counts equal the valid / poison
+  records produced there (a record applied twice would be counted twice);
+* every poison record is in the dead-letter topic with its reason (a crash may repeat a dead
+  letter, never lose one);
+* learned + dead-lettered = produced;
+* with one partition, the model, counters and bound are bit-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.settings import load_settings
+from service.topics import ensure_topics
+from tests.support.faults import ConfiguredStream, FaultyService, offline_expectation, served_model
+from tests.support.ledger import EventPlan, Ledger, publish, read_dead_letters, record_figures
+from tests.support.poison import poison_catalogue
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 50_000
+KILLS = 3
+MIN_PROGRESS_STEP = 0.20
+MAX_PROGRESS_STEP = 0.27
+POISON_EVERY = 1_000
+"""One poison record per this many records (50 in the stream)."""
+CHECKPOINT_TOML = "[checkpoint]\nevery_events = 4000\nevery_seconds = 1.0\n"
+"""Checkpoints span two polls (2,000 records each), so most kills land between checkpoints and
+the restart must re-apply the records after the last one, exactly once."""
+MAX_KILL_DELAY_S = 0.3
+"""A random delay after the threshold is seen, so kills do not line up with batch boundaries."""
+DRAIN_TIMEOUT_S = 120.0
+QUIET_S = 1.0
+"""After the drain, nothing more may be applied: a re-applied record would show up here."""
+RESTORED = re.compile(r"restored checkpoint \S+: (\d+) events learned")
+CHEAP_POISON = tuple(k for k in poison_catalogue() if k.value is None or len(k.value) < 1000)
+
+
+def fault_seed() -> int:
+    return int(os.environ.get("NOVIKOFF_FAULT_SEED") or random.SystemRandom().randrange(2**31))
+
+
+def kill_points(seed: int, total: int) -> list[tuple[int, float]]:
+    """Where to kill: records handled (each at least 20% of the stream after the previous kill)
+    and a delay after that point is seen."""
+    rng = random.Random(seed)
+    points, progress = [], 0.0
+    for _ in range(KILLS):
+        progress += rng.uniform(MIN_PROGRESS_STEP, MAX_PROGRESS_STEP)
+        points.append((int(progress * total), rng.uniform(0.0, MAX_KILL_DELAY_S)))
+    return points
+
+
+def restored_seen(log: str) -> int:
+    """Events learned in the checkpoint a restart resumed from (0 when there was none)."""
+    found = RESTORED.search(log)
+    if found is None:
+        assert "NO usable checkpoint" in log, log
+        return 0
+    return int(found.group(1))
+
+
+def handled(stats: dict[str, Any]) -> int:
+    return int(stats["seen"]) + sum(stats["invalid"].values())
+
+
+def drained(total: int) -> Any:
+    def check(stats: dict[str, Any]) -> bool:
+        return handled(stats) >= total and stats["lag"] == 0
+
+    return check
+
+
+@pytest.mark.parametrize("partitions", [3, 1])
+def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
+    partitions: int, kafka_bootstrap: str, topic_name: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    started = time.monotonic()
+    seed = fault_seed()
+    stream = ConfiguredStream(dim=4, seed=seed % 1000, margin=0.05, noise=0.05, extra_toml=CHECKPOINT_TOML)
+    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+    ensure_topics(settings.kafka, [topic_name], partitions=partitions)
+    ensure_topics(settings.kafka, [f"{topic_name}.dlq"])
+
+    plan = EventPlan(stream_of(stream), partitions=partitions)
+    poison = [CHEAP_POISON[i % len(CHEAP_POISON)] for i in range(EVENTS // POISON_EVERY)]
+    planned = plan.mixed(EVENTS - len(poison), poison, seed=seed)
+    ledger = Ledger(topic_name, publish(kafka_bootstrap, topic_name, planned))
+    assert len(ledger.records) == EVENTS
+
+    service = FaultyService(
+        workdir=tmp_path,
+        bootstrap=kafka_bootstrap,
+        topic=topic_name,
+        stream=stream,
+        log_path=tmp_path / "serve.log",
+        group_id=f"{topic_name}-group",
+    )
+    context = f"seed {seed}, partitions {partitions}"
+    kills: list[tuple[int, int]] = []
+    try:
+        service.start()
+        for point, delay in kill_points(seed, EVENTS):
+            service.wait_for(
+                f"past {point} ({context})",
+                lambda s, p=point: handled(s) >= p,
+                DRAIN_TIMEOUT_S,
+                poll_s=0.005,
+            )
+            time.sleep(delay)
+            at = handled(service.stats())
+            service.kill()
+            service.start()
+            restored = restored_seen(service.log_text)
+            kills.append((at, restored))
+            assert restored <= at, f"restored ahead of where it was killed ({context})"
+        stats = service.wait_for("drained", drained(EVENTS), DRAIN_TIMEOUT_S)
+        time.sleep(QUIET_S)
+        stats = service.stats()
+        assert handled(stats) == EVENTS, f"{context}: handled {handled(stats)}, kills {kills}"
+
+        letters = read_dead_letters(kafka_bootstrap, f"{topic_name}.dlq", len(poison))
+        report = ledger.check(stats, letters)
+        assert report.missing == [], f"{context}: {report.summary()}"
+        assert report.problems == [], f"{context}: {report.problems}; kills {kills}"
+        assert len(kills) == KILLS
+        for log in service.logs[1:]:
+            text = log.read_text(errors="replace")
+            assert "restored checkpoint" in text or "NO usable checkpoint" in text, log
+
+        if partitions == 1:
+            X, y = ledger.valid_arrays(0)
+            assert served_model(service) == offline_expectation(stream, X, y), context
+        record_figures(
+            artifacts_dir,
+            "sigkill",
+            seed=seed,
+            partitions=partitions,
+            produced=report.produced,
+            learned=report.learned,
+            dead_lettered=report.dead_lettered,
+            repeated_dead_letters=report.duplicate_dead_letters,
+            missing=len(report.missing),
+            kills=[{"handled_at_kill": at, "restored_seen": seen} for at, seen in kills],
+            bit_identical=partitions == 1,
+            seconds=round(time.monotonic() - started, 1),
+        )
+    finally:
+        service.stop()
+
+
+def stream_of(stream: ConfiguredStream) -> Any:
+    from service.synthetic import SyntheticStream
+
+    return SyntheticStream(dim=stream.dim, margin=stream.margin, noise=stream.noise, seed=stream.seed)

@@ -1,0 +1,41 @@
+"""The assembled service in this process, with no broker: it serves, says why it is not ready,
+and stops within its deadline."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from service.assembly import build_service
+from service.settings import load_settings
+from tests.support.broker import free_port
+
+
+def test_service_without_a_broker_serves_and_stops(tmp_path: Path) -> None:
+    settings = load_settings(
+        kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},
+        http={"port": 0},
+        checkpoint={"path": str(tmp_path / "state")},
+        service={"shutdown_deadline_seconds": 10.0},
+    )
+    service = build_service(settings)
+    service.start()
+    try:
+        assert service.running
+        assert httpx.get(service.url + "/healthz").json() == {"status": "ok"}
+        ready = httpx.get(service.url + "/readyz")
+        assert ready.status_code == 503
+        assert ready.headers["content-type"] == "application/problem+json"
+        assert ready.json()["detail"].startswith("not ready: ")
+        answer = httpx.post(service.url + "/predict", json={"features": [1.0, 2.0]})
+        assert answer.status_code == 200
+        assert answer.json()["model_version"] == 0
+        assert "novikoff_ready 0.0" in httpx.get(service.url + "/metrics").text
+    finally:
+        started = time.monotonic()
+        stopped = service.stop()
+    assert stopped
+    assert time.monotonic() - started < settings.service.shutdown_deadline_seconds
+    assert not service.running
