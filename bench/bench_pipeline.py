@@ -27,6 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -71,7 +72,7 @@ def make_settings(dimension: int, stream: SyntheticStream) -> Settings:
 
 
 def make_records(stream: SyntheticStream, count: int) -> list[Any]:
-    """``count`` events of ``stream`` as kafka-python ``ConsumerRecord`` objects of one partition."""
+    """``count`` events of ``stream`` as kafka-python ``ConsumerRecord`` objects (one partition)."""
     return [
         ConsumerRecord(
             TOPIC,
@@ -142,9 +143,8 @@ def bench_dimension(dimension: int, count: int, repeats: int) -> BenchRecord:
     last: Pipeline | None = None
     for _ in range(repeats):
         best["decode"] = min(best["decode"], timed(lambda: decode_only(batches)))
-        pipeline = Pipeline(settings)
-        best["pipeline"] = min(best["pipeline"], timed(lambda: pipeline.consume(batches)))
-        last = pipeline
+        last = Pipeline(settings)
+        best["pipeline"] = min(best["pipeline"], timed(partial(last.consume, batches)))
     assert last is not None
     snapshot = last.engine.snapshot
     learned = last.registry.get_sample_value("novikoff_events_learned_total")

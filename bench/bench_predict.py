@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import orjson
 from fastapi import FastAPI
@@ -236,12 +237,10 @@ def served(app: Any) -> Iterator[str]:
 
 def check_same_prediction(our_url: str, base_url: str, body: bytes) -> dict[str, Any]:
     """Both apps answer the benchmark request with the same label and score."""
-    import httpx
-
     headers = {"content-type": "application/json"}
     ours = httpx.post(our_url + PREDICT_PATH, content=body, headers=headers).json()
     base = httpx.post(base_url + PREDICT_PATH, content=body, headers=headers).json()
-    same = ours["label"] == base["label"] and math.isclose(
+    same = str(ours["label"]) == str(base["label"]) and math.isclose(
         ours["score"], base["score"], rel_tol=1e-12, abs_tol=1e-12
     )
     if not same:
@@ -281,7 +280,11 @@ def run(quick: bool = False) -> list[BenchRecord]:
     rng = np.random.default_rng(SEED)
     one = orjson.dumps({"features": rng.uniform(-1, 1, DIMENSION).tolist()})
     batch = orjson.dumps(
-        {"instances": [{"features": row} for row in rng.uniform(-1, 1, (BATCH_INSTANCES, DIMENSION))]},
+        {
+            "instances": [
+                {"features": row} for row in rng.uniform(-1, 1, (BATCH_INSTANCES, DIMENSION))
+            ]
+        },
         option=orjson.OPT_SERIALIZE_NUMPY,
     )
     with tempfile.TemporaryDirectory(prefix="novikoff-bench-") as tmp:

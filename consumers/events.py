@@ -107,10 +107,8 @@ MAX_MATRIX_ELEMENTS = 8_000_000
 FIXED_FIELD_MARKERS = 3
 QUOTES_PER_STRING = 2
 
-_INT_TYPES = frozenset({int})
 _LABEL_TYPES = frozenset({str, int})
 _NUMBER_TYPES = frozenset({int, float})
-_ID_TYPES = frozenset({str, type(None)})
 _LIST_TYPE = frozenset({list})
 _DICT_TYPE = frozenset({dict})
 
@@ -738,6 +736,15 @@ class EventDecoder:
         :class:`Rejection`. Three tiers, each exact: the compiled parser (dense models), then
         orjson with bulk checks, then the precise per-record diagnosis for what is left.
         """
+        try:
+            return self._decode_tiers(records)
+        except Exception:
+            # A bug must not stall the stream on one record forever: decode one by one, and
+            # dead-letter (with the error) any record the precise path itself cannot handle.
+            logger.exception("bulk decoding failed; decoding %d record(s) one by one", len(records))
+            return self._assemble(records, [], list(range(len(records))), guarded=True)
+
+    def _decode_tiers(self, records: Sequence[SourceRecord]) -> DecodedBatch:
         values: list[Any] = list(map(_get_value, records))
         tiers: list[_Rows] = []
         pending: list[int] | None = None
@@ -896,7 +903,12 @@ class EventDecoder:
     # -- putting it together --------------------------------------------------------------------
 
     def _assemble(
-        self, records: Sequence[SourceRecord], tiers: list[_Rows], suspects: list[int]
+        self,
+        records: Sequence[SourceRecord],
+        tiers: list[_Rows],
+        suspects: list[int],
+        *,
+        guarded: bool = False,
     ) -> DecodedBatch:
         rejections: list[Rejection] = []
         slow_index: list[int] = []
@@ -908,6 +920,14 @@ class EventDecoder:
                 slow_index.append(i)
             except InvalidEventError as exc:
                 rejections.append(_rejection(record, exc.reason, exc.message))
+            except Exception as exc:
+                if not guarded:
+                    raise
+                logger.exception(
+                    "cannot decode %s/%d@%d", record.topic, record.partition, record.offset
+                )
+                message = _clip(f"the event could not be decoded (internal error {exc!r})")
+                rejections.append(_rejection(record, NOT_JSON, message))
         if slow_events:
             tiers.append(_Rows.of_events(slow_index, slow_events, self._labels.dtype))
         rows = _Rows.merge(
@@ -1086,10 +1106,3 @@ def _rejection(record: SourceRecord, reason: str, message: str) -> Rejection:
         headers=tuple(record.headers or ()),
         key=record.key,
     )
-
-
-def reject(record: SourceRecord, reason: str, message: str) -> Rejection:
-    """A :class:`Rejection` of ``record`` (for callers that refuse records themselves)."""
-    if reason not in REASON_CODES:
-        raise ValueError(f"unknown reason code {reason!r}")
-    return _rejection(record, reason, _clip(message))

@@ -318,26 +318,67 @@ def voter_slot(count: int, voter_counts: Ints, voter_order: Ints, counters: Ints
 
 
 @_jit
-def vote_binary(  # noqa: PLR0917 - numba kernels take positional arrays
+def voter_columns(voters: Floats, row: int, n: int, d: int) -> Floats:
+    """Row ``row`` of the first ``n`` voters as the columns of a (d, capacity) matrix.
+
+    In this layout :func:`vote_binary_columns` scores many voters at once (SIMD across voters)
+    while summing each voter's score exactly like :func:`dot`.
+    """
+    columns = np.empty((d, voters.shape[0]))
+    for slot in range(n):
+        for j in range(d):
+            columns[j, slot] = voters[slot, row, j]
+    return columns
+
+
+@_jit
+def voter_scores(columns: Floats, n: int, x: Floats, d: int, lanes: Floats) -> None:
+    """Each voter's x-score as the four partial sums of :func:`dot`: lanes[j mod 4, slot].
+
+    Element j of every voter goes to partial sum j mod 4, in increasing j, exactly as in
+    :func:`dot`, so (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) is bit-identical to
+    dot(voter, x, d); only the loop order across voters differs, which lets it vectorise.
+    """
+    for lane in range(UNROLL):
+        for slot in range(n):
+            lanes[lane, slot] = 0.0
+    for j in range(d):
+        xj = x[j]
+        lane = j % UNROLL
+        for slot in range(n):
+            lanes[lane, slot] += columns[j, slot] * xj
+
+
+@_jit
+def voter_score(lanes: Floats, slot: int) -> float:
+    """The score of voter ``slot`` from :func:`voter_scores` (same rounding as :func:`dot`)."""
+    return float((lanes[0, slot] + lanes[1, slot]) + (lanes[2, slot] + lanes[3, slot]))
+
+
+@_jit
+def vote_binary_columns(  # noqa: PLR0917 - numba kernels take positional arrays
     x: Floats,
     d: int,
     live_score: float,
     live_count: int,
-    voters: Floats,
+    columns: Floats,
     voter_counts: Ints,
-    voter_order: Ints,
     counters: Ints,
+    lanes: Floats,
 ) -> float:
-    """The voted prediction, stopping as soon as the remaining votes cannot change it."""
+    """The voted prediction: the sign of the survival-weighted votes of the live model and voters.
+
+    Every voter is scored in one vectorised pass (the sign of a sum of integer votes does not
+    depend on their order), skipped when the live model's votes alone decide the outcome.
+    """
     acc = vote_sign(live_score, live_count)
     remaining = counters[VOTE_TOTAL]
-    for k in range(counters[N_VOTERS]):
-        if acc >= remaining or acc < -remaining:
-            break
-        slot = voter_order[k]
-        count = voter_counts[slot]
-        acc += vote_sign(dot(voters[slot, 0], x, d), count)
-        remaining -= count
+    if acc >= remaining or acc < -remaining:
+        return 1.0 if acc >= 0 else -1.0
+    n = counters[N_VOTERS]
+    voter_scores(columns, n, x, d, lanes)
+    for slot in range(n):
+        acc += vote_sign(voter_score(lanes, slot), voter_counts[slot])
     return 1.0 if acc >= 0 else -1.0
 
 
@@ -404,6 +445,8 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     d = X.shape[1]
     w = weights[0]
     a = weight_sums[0]
+    columns = voter_columns(voters, 0, counters[N_VOTERS] if prequential_voted else 0, d)
+    lanes = np.empty((UNROLL, voters.shape[0]))
     for i in range(n):
         x = X[i]
         if limit > 0.0 and not row_ok(x, d, limit):
@@ -419,7 +462,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         if averaged != target:
             counters[PQ_AVERAGED] += 1
         if prequential_voted:
-            voted = vote_binary(x, d, score, live, voters, voter_counts, voter_order, counters)
+            voted = vote_binary_columns(x, d, score, live, columns, voter_counts, counters, lanes)
             counters[PQ_VOTED_SEEN] += 1
             if voted != target:
                 counters[PQ_VOTED] += 1
@@ -432,6 +475,8 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             slot = voter_slot(live, voter_counts, voter_order, counters, max_voters)
             if slot >= 0:
                 voters[slot, 0, :d] = w[:d]
+                if prequential_voted:
+                    columns[:, slot] = w[:d]
             row_sq[0] = add_scaled(w, a, live, x, target > 0.0, d)
             born[0] = seen
             counters[BORN_MODEL] = seen
@@ -650,6 +695,12 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     a = weight_sums[0]
     seen = counters[SEEN]
     live = seen - born[0]
+    n_voters = counters[N_VOTERS] if which == VOTED else 0
+    columns = voter_columns(voters, 0, n_voters, d)
+    lanes = np.empty((UNROLL, voters.shape[0]))
+    mass = live
+    for slot in range(n_voters):
+        mass += voter_counts[slot]
     for i in range(n):
         x = X[i]
         score, sum_score = dot2(w, a, x, d)
@@ -662,11 +713,9 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             out_scores[i] = total / seen if seen > 0 else 0.0
         else:
             acc = vote_sign(score, live)
-            mass = live
-            for k in range(counters[N_VOTERS]):
-                slot = voter_order[k]
-                acc += vote_sign(dot(voters[slot, 0], x, d), voter_counts[slot])
-                mass += voter_counts[slot]
+            voter_scores(columns, n_voters, x, d, lanes)
+            for slot in range(n_voters):
+                acc += vote_sign(voter_score(lanes, slot), voter_counts[slot])
             out_codes[i] = 1.0 if acc >= 0 else -1.0
             out_scores[i] = acc / mass if mass > 0 else 0.0
 

@@ -10,6 +10,7 @@ ones are wrong. Predictions read one immutable model snapshot per request.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
@@ -32,6 +33,7 @@ PREDICTORS = ("last", "averaged", "voted")
 REQUEST_FIELDS = frozenset({"features", "instances", "predictor"})
 INSTANCE_FIELDS = frozenset({"features"})
 NUMBER_TYPES = frozenset({int, float})
+BATCH_KEY = b'"instances"'
 MARKER_CHARACTERS = ("u", "l")
 MAX_REPORTED_ERRORS = 10
 JSON_MEDIA_TYPES = ("application/json",)
@@ -123,7 +125,8 @@ class PredictHandler:
 
     def _read_dense_batch(self, body: bytes) -> DenseInstances | None:
         """The batch of a dense model read by the compiled reader, or None (general path)."""
-        if self._dense_width is None:
+        # A substring search costs far less than a compiled call that would give up anyway.
+        if self._dense_width is None or BATCH_KEY not in body:
             return None
         return parse_dense_instances(
             body,
@@ -167,10 +170,13 @@ class PredictHandler:
             and type(features) is list
             and len(features) == width
             and set(map(type, features)) <= NUMBER_TYPES
+            # A finite sum means no value is NaN or infinite (they would propagate).
+            and math.isfinite(sum(features))
+            and min(features) >= -MAX_ABS_FEATURE
+            and max(features) <= MAX_ABS_FEATURE
         ):
-            X = self._dense_matrix(features, 1, width)
-            if X is not None:
-                return X
+            row = [1.0, *features] if self._encoder.bias else features
+            return np.array([row], dtype=np.float64)
         error = self._feature_count_error(features, pointer)
         if error is not None:
             raise _invalid_many([error])

@@ -3,8 +3,8 @@
 A 50,000-record stream (valid events plus a sprinkling of poison) is published first; the service
 then consumes it and is killed with SIGKILL three times, each time after at least 20% more of the
 stream than at the previous kill, at seeded random points (the seed is in every failure message;
-``NOVIKOFF_FAULT_SEED`` replays one). Checkpoints are frequent, so kills also land while a
-checkpoint is being written.
+``NOVIKOFF_FAULT_SEED`` replays one). Checkpoints come every two polls, so most kills land
+between checkpoints and the restart must re-apply the records after the last one.
 
 What must hold after the last restart drains the stream:
 
@@ -31,7 +31,13 @@ import pytest
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService, offline_expectation, served_model
-from tests.support.ledger import EventPlan, Ledger, publish, read_dead_letters, record_figures
+from tests.support.ledger import (
+    EventPlan,
+    Ledger,
+    PacedPublisher,
+    read_dead_letters,
+    record_figures,
+)
 from tests.support.poison import poison_catalogue
 
 pytestmark = pytest.mark.integration
@@ -45,8 +51,14 @@ POISON_EVERY = 1_000
 CHECKPOINT_TOML = "[checkpoint]\nevery_events = 4000\nevery_seconds = 1.0\n"
 """Checkpoints span two polls (2,000 records each), so most kills land between checkpoints and
 the restart must re-apply the records after the last one, exactly once."""
-MAX_KILL_DELAY_S = 0.3
+MAX_KILL_DELAY_S = 0.1
 """A random delay after the threshold is seen, so kills do not line up with batch boundaries."""
+RATE = 5_000.0
+"""Records published per second: a quarter of what the service learns per second here, so it
+keeps up and every kill lands mid-stream."""
+LOOKAHEAD = 2_000
+"""The publisher runs at most this far past the next kill point, so a kill can never miss the
+stream (three kills end at most at 81% + 3 x 4% of it)."""
 DRAIN_TIMEOUT_S = 120.0
 QUIET_S = 1.0
 """After the drain, nothing more may be applied: a re-applied record would show up here."""
@@ -58,15 +70,17 @@ def fault_seed() -> int:
     return int(os.environ.get("NOVIKOFF_FAULT_SEED") or random.SystemRandom().randrange(2**31))
 
 
-def kill_points(seed: int, total: int) -> list[tuple[int, float]]:
-    """Where to kill: records handled (each at least 20% of the stream after the previous kill)
-    and a delay after that point is seen."""
-    rng = random.Random(seed)
-    points, progress = [], 0.0
-    for _ in range(KILLS):
-        progress += rng.uniform(MIN_PROGRESS_STEP, MAX_PROGRESS_STEP)
-        points.append((int(progress * total), rng.uniform(0.0, MAX_KILL_DELAY_S)))
-    return points
+class KillPlan:
+    """Seeded random kill points, each at least 20% of the stream after the previous kill."""
+
+    def __init__(self, seed: int, total: int) -> None:
+        self._rng = random.Random(seed)
+        self._total = total
+
+    def next_point(self, previous_kill: int) -> tuple[int, float]:
+        """Records handled at which to kill next, and a delay after that point is seen."""
+        step = self._rng.uniform(MIN_PROGRESS_STEP, MAX_PROGRESS_STEP)
+        return previous_kill + int(step * self._total), self._rng.uniform(0.0, MAX_KILL_DELAY_S)
 
 
 def restored_seen(log: str) -> int:
@@ -95,17 +109,18 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
 ) -> None:
     started = time.monotonic()
     seed = fault_seed()
-    stream = ConfiguredStream(dim=4, seed=seed % 1000, margin=0.05, noise=0.05, extra_toml=CHECKPOINT_TOML)
+    context = f"seed {seed}, partitions {partitions}"
+    stream = ConfiguredStream(
+        dim=4, seed=seed % 1000, margin=0.05, noise=0.05, extra_toml=CHECKPOINT_TOML
+    )
     settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
     ensure_topics(settings.kafka, [topic_name], partitions=partitions)
     ensure_topics(settings.kafka, [f"{topic_name}.dlq"])
-
-    plan = EventPlan(stream_of(stream), partitions=partitions)
+    plan = EventPlan(stream.synthetic(), partitions=partitions)
     poison = [CHEAP_POISON[i % len(CHEAP_POISON)] for i in range(EVENTS // POISON_EVERY)]
-    planned = plan.mixed(EVENTS - len(poison), poison, seed=seed)
-    ledger = Ledger(topic_name, publish(kafka_bootstrap, topic_name, planned))
-    assert len(ledger.records) == EVENTS
-
+    publisher = PacedPublisher(
+        kafka_bootstrap, topic_name, plan.mixed(EVENTS - len(poison), poison, seed=seed), RATE
+    )
     service = FaultyService(
         workdir=tmp_path,
         bootstrap=kafka_bootstrap,
@@ -114,13 +129,17 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
         log_path=tmp_path / "serve.log",
         group_id=f"{topic_name}-group",
     )
-    context = f"seed {seed}, partitions {partitions}"
     kills: list[tuple[int, int]] = []
     try:
+        publisher.start()
         service.start()
-        for point, delay in kill_points(seed, EVENTS):
+        kill_plan = KillPlan(seed, EVENTS)
+        previous = 0
+        for number in range(1, KILLS + 1):
+            point, delay = kill_plan.next_point(previous)
+            publisher.allow(point + LOOKAHEAD)
             service.wait_for(
-                f"past {point} ({context})",
+                f"past {point} for kill {number} ({context})",
                 lambda s, p=point: handled(s) >= p,
                 DRAIN_TIMEOUT_S,
                 poll_s=0.005,
@@ -128,11 +147,15 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
             time.sleep(delay)
             at = handled(service.stats())
             service.kill()
+            assert at < EVENTS, f"{context}: kill {number} came after the stream ended"
             service.start()
             restored = restored_seen(service.log_text)
+            assert restored <= at, f"{context}: restored ahead of where it was killed"
             kills.append((at, restored))
-            assert restored <= at, f"restored ahead of where it was killed ({context})"
-        stats = service.wait_for("drained", drained(EVENTS), DRAIN_TIMEOUT_S)
+            previous = at
+        ledger = Ledger(topic_name, publisher.join())
+        assert len(ledger.records) == EVENTS
+        service.wait_for("drained", drained(EVENTS), DRAIN_TIMEOUT_S)
         time.sleep(QUIET_S)
         stats = service.stats()
         assert handled(stats) == EVENTS, f"{context}: handled {handled(stats)}, kills {kills}"
@@ -141,11 +164,9 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
         report = ledger.check(stats, letters)
         assert report.missing == [], f"{context}: {report.summary()}"
         assert report.problems == [], f"{context}: {report.problems}; kills {kills}"
-        assert len(kills) == KILLS
         for log in service.logs[1:]:
             text = log.read_text(errors="replace")
             assert "restored checkpoint" in text or "NO usable checkpoint" in text, log
-
         if partitions == 1:
             X, y = ledger.valid_arrays(0)
             assert served_model(service) == offline_expectation(stream, X, y), context
@@ -160,14 +181,10 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
             repeated_dead_letters=report.duplicate_dead_letters,
             missing=len(report.missing),
             kills=[{"handled_at_kill": at, "restored_seen": seen} for at, seen in kills],
+            torn_checkpoint_files_cleaned=service.all_logs.count("removing incomplete checkpoint"),
             bit_identical=partitions == 1,
             seconds=round(time.monotonic() - started, 1),
         )
     finally:
         service.stop()
-
-
-def stream_of(stream: ConfiguredStream) -> Any:
-    from service.synthetic import SyntheticStream
-
-    return SyntheticStream(dim=stream.dim, margin=stream.margin, noise=stream.noise, seed=stream.seed)
+        publisher.allow(EVENTS)

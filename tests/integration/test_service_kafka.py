@@ -8,6 +8,7 @@ from the offline learner run on the same events in the same order.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -260,7 +261,8 @@ def test_a_noisy_stream_is_learned_exactly_as_offline(
         10.0,
         "metrics caught up",
     )
-    metrics = metric_values(service.get("/metrics").text)
+    exposition = service.get("/metrics").text
+    metrics = metric_values(exposition)
     assert metrics[("novikoff_mistakes_total", ())] == expected["mistakes"]
     assert metrics[("novikoff_bound", (("reference", "u"),))] == expected["bound"]
     assert metrics[("novikoff_bound_gamma", (("reference", "u"),))] == expected["gamma"]
@@ -268,6 +270,14 @@ def test_a_noisy_stream_is_learned_exactly_as_offline(
     for predictor, count in expected["prequential"].items():
         key = ("novikoff_prequential_mistakes_total", (("predictor", predictor),))
         assert metrics[key] == count
+    if shutil.which("promtool"):
+        checked = subprocess.run(
+            ["promtool", "check", "metrics"],
+            input=exposition.encode(),
+            capture_output=True,
+            check=False,
+        )
+        assert checked.returncode == 0 and not checked.stdout + checked.stderr, checked
     assert service.terminate() == 0
 
 

@@ -18,7 +18,10 @@ from typing import Any
 
 import httpx
 
-from tests.support.running_service import RunningService, Stream
+from service.model import build_learner, build_tracker
+from service.settings import load_settings
+from service.synthetic import SyntheticStream
+from tests.support.running_service import RunningService, Stream, novikoff_command
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 UTIME_FIELD = 13
@@ -35,6 +38,10 @@ class ConfiguredStream(Stream):
 
     def config_toml(self) -> str:
         return super().config_toml() + "\n" + self.extra_toml
+
+    def synthetic(self) -> SyntheticStream:
+        """The synthetic stream this config's reference separator belongs to."""
+        return SyntheticStream(dim=self.dim, margin=self.margin, noise=self.noise, seed=self.seed)
 
 
 @dataclass
@@ -72,8 +79,6 @@ class FaultyService(RunningService):
         return self
 
     def _command(self) -> list[str]:
-        from tests.support.running_service import novikoff_command
-
         return novikoff_command("serve")
 
     @property
@@ -162,9 +167,6 @@ def offline_expectation(stream: Stream, X: Any, y: Any) -> dict[str, Any]:
     ``test_service_kafka`` proves the service equals this offline run on an uninterrupted stream,
     so equality with it after faults is equality with an uninterrupted run.
     """
-    from service.model import build_learner, build_tracker
-    from service.settings import load_settings
-
     settings = load_settings(
         model={"dim": stream.dim},
         bound={"references": [{"name": "u", "weights": stream.reference}]},

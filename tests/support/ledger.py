@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -33,6 +34,7 @@ from tests.support.poison import PoisonKind
 PRODUCE_TIMEOUT_S = 120.0
 READ_TIMEOUT_S = 60.0
 FIGURES_FILE = "reliability.jsonl"
+PACED_CHUNK = 250
 POLL_MS = 500
 MAX_REQUEST_BYTES = 1_048_576
 """kafka-python's default ``max_request_size``, stated so that the near-limit record is sent
@@ -164,26 +166,114 @@ def publish(
     bootstrap: str, topic: str, planned: Iterable[Planned], *, flush_every: int = 0
 ) -> list[Produced]:
     """Publish in order, each to its planned partition, keyed by its id; wait for every ack."""
-    producer = KafkaProducer(
+    producer = _producer(bootstrap)
+    try:
+        sent = []
+        for index, item in enumerate(planned, start=1):
+            sent.append((item, _send(producer, topic, item)))
+            if flush_every and index % flush_every == 0:
+                producer.flush(timeout=PRODUCE_TIMEOUT_S)
+        producer.flush(timeout=PRODUCE_TIMEOUT_S)
+        return [
+            Produced(item, future.get(timeout=PRODUCE_TIMEOUT_S).offset) for item, future in sent
+        ]
+    finally:
+        producer.close()
+
+
+class PacedPublisher:
+    """Publishes planned records on a thread at a steady rate, never past a limit the test moves.
+
+    A test that kills the service at chosen points raises the limit just past each point, so the
+    service can never race to the end of the stream before the kill lands.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        planned: Sequence[Planned],
+        rate_per_s: float,
+        chunk: int = PACED_CHUNK,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._planned = list(planned)
+        self._interval = chunk / rate_per_s
+        self._chunk = chunk
+        self._limit = 0
+        self._sent = 0
+        self._changed = threading.Condition()
+        self._produced: list[Produced] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="paced-publisher", daemon=True)
+
+    @property
+    def sent(self) -> int:
+        return self._sent
+
+    def allow(self, count: int) -> None:
+        """Let the publisher go up to ``count`` records (never down)."""
+        with self._changed:
+            self._limit = max(self._limit, min(count, len(self._planned)))
+            self._changed.notify_all()
+
+    def start(self) -> PacedPublisher:
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float = PRODUCE_TIMEOUT_S) -> list[Produced]:
+        """Wait until every planned record is acknowledged; the records with their offsets."""
+        self.allow(len(self._planned))
+        self._thread.join(timeout_s)
+        if self._error is not None:
+            raise self._error
+        if self._thread.is_alive():
+            raise TimeoutError(f"published {self._sent} of {len(self._planned)} records")
+        return self._produced
+
+    def _run(self) -> None:
+        try:
+            producer = _producer(self._bootstrap)
+        except BaseException as exc:
+            self._error = exc
+            return
+        try:
+            while self._sent < len(self._planned):
+                with self._changed:
+                    while self._sent >= self._limit:
+                        self._changed.wait()
+                    stop = min(self._limit, self._sent + self._chunk)
+                started = time.monotonic()
+                batch = self._planned[self._sent : stop]
+                futures = [_send(producer, self._topic, item) for item in batch]
+                producer.flush(timeout=PRODUCE_TIMEOUT_S)
+                self._produced.extend(
+                    Produced(item, future.get(timeout=PRODUCE_TIMEOUT_S).offset)
+                    for item, future in zip(batch, futures, strict=True)
+                )
+                self._sent = stop
+                time.sleep(max(0.0, self._interval - (time.monotonic() - started)))
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            producer.close()
+
+
+def _producer(bootstrap: str) -> KafkaProducer:
+    return KafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
         linger_ms=5,
         max_request_size=MAX_REQUEST_BYTES,
         max_in_flight_requests_per_connection=1,
     )
-    try:
-        sent = []
-        for index, item in enumerate(planned, start=1):
-            future = producer.send(
-                topic, value=item.value, key=item.event_id.encode(), partition=item.partition
-            )
-            sent.append((item, future))
-            if flush_every and index % flush_every == 0:
-                producer.flush(timeout=PRODUCE_TIMEOUT_S)
-        producer.flush(timeout=PRODUCE_TIMEOUT_S)
-        return [Produced(item, future.get(timeout=PRODUCE_TIMEOUT_S).offset) for item, future in sent]
-    finally:
-        producer.close()
+
+
+def _send(producer: KafkaProducer, topic: str, item: Planned) -> Any:
+    return producer.send(
+        topic, value=item.value, key=item.event_id.encode(), partition=item.partition
+    )
 
 
 def read_dead_letters(
@@ -207,11 +297,10 @@ def read_dead_letters(
         while time.monotonic() < deadline:
             batches = consumer.poll(timeout_ms=POLL_MS)
             for records in batches.values():
-                letters.extend(
-                    DeadLetter(r.key, r.value, dict(r.headers or [])) for r in records
-                )
+                letters.extend(DeadLetter(r.key, r.value, dict(r.headers or [])) for r in records)
             caught_up = all(
-                consumer.highwater(tp) is not None and consumer.position(tp) >= consumer.highwater(tp)
+                consumer.highwater(tp) is not None
+                and consumer.position(tp) >= consumer.highwater(tp)
                 for tp in assigned
             )
             if len(letters) >= expected and caught_up and not batches:
@@ -298,9 +387,7 @@ class Ledger:
         return report
 
     def _check_partitions(self, stats: Mapping[str, Any], report: LedgerReport) -> None:
-        progress = {
-            int(p["partition"]): p for p in stats["partitions"] if p["topic"] == self.topic
-        }
+        progress = {int(p["partition"]): p for p in stats["partitions"] if p["topic"] == self.topic}
         for partition, records in self.by_partition().items():
             state = progress.get(partition)
             if state is None:
@@ -325,12 +412,8 @@ class Ledger:
                     f"{state['learned'] + state['rejected']} records were counted"
                 )
 
-    def _check_dead_letters(
-        self, dead_letters: Sequence[DeadLetter], report: LedgerReport
-    ) -> None:
-        expected = {
-            (self.topic, r.planned.partition, r.offset): r for r in self.poison
-        }
+    def _check_dead_letters(self, dead_letters: Sequence[DeadLetter], report: LedgerReport) -> None:
+        expected = {(self.topic, r.planned.partition, r.offset): r for r in self.poison}
         seen: Counter[tuple[str, int, int]] = Counter(d.source for d in dead_letters)
         report.dead_lettered = sum(1 for source in seen if source in expected)
         report.duplicate_dead_letters = sum(count - 1 for count in seen.values())

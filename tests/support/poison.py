@@ -1,7 +1,7 @@
 """Poison records: every way an event can be wrong, each with the reason code it must get.
 
 The catalogue targets a dense binary model of :data:`POISON_DIM` features with the default label
-map (``"1"`` → +1, ``"-1"`` → −1). Every kind is a record value (or ``None`` for a tombstone) and
+map (``"1"`` → +1, ``"-1"`` → -1). Every kind is a record value (or ``None`` for a tombstone) and
 the reason code the consumer must put in the dead-letter header ``novikoff.reason``.
 """
 
@@ -46,7 +46,9 @@ def poison_catalogue() -> tuple[PoisonKind, ...]:
     """Every poison kind the reliability tests mix into a valid stream."""
     deep = b"[" * NESTING_LEVELS + b"]" * NESTING_LEVELS
     return (
-        PoisonKind("not_utf8", _features(GOOD_FEATURES, b', "label": 1, "id": "\xff\xfe"'), "not_utf8"),
+        PoisonKind(
+            "not_utf8", _features(GOOD_FEATURES, b', "label": 1, "id": "\xff\xfe"'), "not_utf8"
+        ),
         PoisonKind("not_json", b'{"features": [0.1, 0.2,', "not_json"),
         PoisonKind("trailing_garbage", _features(GOOD_FEATURES) + b" x", "not_json"),
         PoisonKind("tombstone", None, "not_json"),
@@ -56,8 +58,12 @@ def poison_catalogue() -> tuple[PoisonKind, ...]:
         PoisonKind("json_null", b"null", "not_object"),
         PoisonKind("missing_features", _event(b'"label": 1'), "missing_features"),
         PoisonKind("missing_label", _event(b'"features": ' + GOOD_FEATURES), "missing_label"),
-        PoisonKind("label_outside_map", _features(GOOD_FEATURES, b', "label": "maybe"'), "unknown_label"),
-        PoisonKind("label_integer_outside_map", _features(GOOD_FEATURES, b', "label": 2'), "unknown_label"),
+        PoisonKind(
+            "label_outside_map", _features(GOOD_FEATURES, b', "label": "maybe"'), "unknown_label"
+        ),
+        PoisonKind(
+            "label_integer_outside_map", _features(GOOD_FEATURES, b', "label": 2'), "unknown_label"
+        ),
         PoisonKind("label_null", _features(GOOD_FEATURES, b', "label": null'), "unknown_label"),
         PoisonKind("too_few_features", _features(b"[0.1, 0.2, 0.3]"), "wrong_dimension"),
         PoisonKind("too_many_features", _features(b"[0.1, 0.2, 0.3, 0.4, 0.5]"), "wrong_dimension"),
@@ -77,8 +83,12 @@ def poison_catalogue() -> tuple[PoisonKind, ...]:
             "duplicate_key", _features(GOOD_FEATURES, b', "label": 1, "label": -1'), "duplicate_key"
         ),
         PoisonKind(
-            "unknown_extra_field", _features(GOOD_FEATURES, b', "label": 1, "lable": 1'), "unknown_field"
+            "unknown_extra_field",
+            _features(GOOD_FEATURES, b', "label": 1, "lable": 1'),
+            "unknown_field",
         ),
         PoisonKind("id_not_string", _features(GOOD_FEATURES, b', "label": 1, "id": 7'), "bad_id"),
-        PoisonKind("bad_timestamp", _features(GOOD_FEATURES, b', "label": 1, "ts": "noon"'), "bad_ts"),
+        PoisonKind(
+            "bad_timestamp", _features(GOOD_FEATURES, b', "label": 1, "ts": "noon"'), "bad_ts"
+        ),
     )

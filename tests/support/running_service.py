@@ -52,6 +52,8 @@ class Stream:
     noise: float = 0.05
     count: int = 3_000
     malformed: float = 0.02
+    rate: float = 0.0
+    """Records per second; 0 publishes as fast as possible."""
 
     @property
     def reference(self) -> list[float]:
@@ -73,6 +75,8 @@ class Stream:
             str(self.malformed),
             "--count",
             str(self.count),
+            "--rate",
+            str(self.rate),
             "--partitions",
             "1",
             "--no-progress",

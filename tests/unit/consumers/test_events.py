@@ -451,3 +451,20 @@ def test_numbers_parse_exactly_like_orjson(number: float, form: str) -> None:
         return
     expected = float(orjson.loads(text))
     assert struct.pack("<d", batch.X[0, 1]) == struct.pack("<d", expected)
+
+
+def test_a_decoder_bug_never_stalls_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    dec = decoder()
+    original = dec.inspect
+
+    def flaky(value: object) -> object:
+        if value == b"trigger":
+            raise ZeroDivisionError("bug")
+        return original(value)
+
+    monkeypatch.setattr(dec, "_decode_tiers", lambda records: 1 / 0)
+    monkeypatch.setattr(dec, "inspect", flaky)
+    batch = dec.decode_batch(records([GOOD, b"trigger", b"junk", GOOD]))
+    assert batch.valid == 2
+    assert [(r.offset, r.reason) for r in batch.rejections] == [(1, "not_json"), (2, "not_json")]
+    assert "internal error" in batch.rejections[0].message

@@ -96,6 +96,21 @@ def test_batch_prediction_matches_the_snapshot(client: TestClient, predictor: st
     assert body["model_version"] == snapshot.version
 
 
+@pytest.mark.parametrize("value", [18446744073709551615, -9223372036854775808, 1e100, -1e100])
+def test_extreme_but_valid_numbers_are_accepted(client: TestClient, value: float) -> None:
+    response = client.post("/predict", json={"features": [value], "predictor": "last"})
+    assert response.status_code == 200, response.text
+    assert response.json()["score"] == -2.25 * float(value)
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"features": [1e101]}', b'{"instances": [{"features": [-2e100]}]}']
+)
+def test_numbers_beyond_the_feature_range_are_refused(client: TestClient, body: bytes) -> None:
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    assert assert_problem(response, 422)["errors"][0]["code"] == "too_large"
+
+
 def test_single_and_batch_agree(client: TestClient) -> None:
     one = client.post("/predict", json={"features": [0.7]}).json()
     many = client.post("/predict", json={"instances": [{"features": [0.7]}]}).json()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry

@@ -78,7 +78,7 @@ def test_symlink_out_of_the_reference_directory_is_refused(tmp_path: Path) -> No
     refs.mkdir()
     os.symlink(outside, refs / "u.json")
     bound = load_settings(bound={"reference_dir": str(refs)}).bound
-    with pytest.raises(ReferenceError, match="outside bound.reference_dir"):
+    with pytest.raises(ReferenceError, match=r"outside bound\.reference_dir"):
         reference_weights(reference("u.json"), bound, 3)
 
 
