@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint unit integration e2e bench soak system-deps clean
+.PHONY: run test lint unit integration e2e bench bench-deps soak system-deps clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 
 system-deps:
 	bash scripts/system-deps.sh
+
+bench-deps:
+	bash scripts/bench-deps.sh
 
 run: $(STAMP)
 	$(BIN)/novikoff demo
@@ -37,7 +40,7 @@ e2e: $(STAMP) system-deps
 test: $(STAMP) system-deps lint
 	$(BIN)/pytest -m "not soak"
 
-bench: $(STAMP)
+bench: $(STAMP) bench-deps
 	$(BIN)/python -m bench
 
 soak: $(STAMP) system-deps

@@ -11,7 +11,7 @@ the way ``novikoff serve`` serves). Both hold the same model: a dense binary per
   ``async def`` handler computing ``w · x̃`` with numpy, a pydantic response model
   (``label``, ``score``, ``model_version``).
 
-The load generator is ``wrk`` (Debian package ``wrk``, 4.1.0; ``make system-deps`` installs it),
+The load generator is ``wrk`` (Debian package ``wrk`` 4.1.0-3+b2; ``make bench-deps`` installs it),
 a separate C process on one thread, so it is not the bottleneck: on this 2-core machine it takes
 one core and the server the other. Each side gets a warm-up run and then ``ROUNDS`` timed runs of
 ``DURATION_S`` seconds, the two sides in turns; the best requests/s and that run's p99 latency
@@ -77,7 +77,6 @@ RATE_BAR = 2.0
 P99_LIMIT_MS = 10.0
 BATCH_TARGET_PER_S = 500_000.0
 GRACEFUL_S = 2.0
-WRK_VERSION = "4.1.0"
 PREDICT_PATH = "/predict"
 
 _LUA = """wrk.method = "POST"
@@ -109,9 +108,15 @@ def wrk_binary() -> str:
     path = shutil.which("wrk")
     if path is None:
         raise WrkMissingError(
-            "wrk is not installed: run `make system-deps` (Debian: apt-get install wrk)"
+            "wrk is not installed: run `make bench-deps` (Debian: apt-get install wrk)"
         )
     return path
+
+
+def wrk_version() -> str:
+    """What ``wrk --version`` says about itself (its first line)."""
+    done = subprocess.run([wrk_binary(), "--version"], capture_output=True, text=True, check=False)
+    return (done.stdout or done.stderr).splitlines()[0].strip()
 
 
 def _duration_ms(text: str) -> float:
@@ -309,7 +314,7 @@ def run(quick: bool = False) -> list[BenchRecord]:
     ours, base = best_of(results["ours"]), best_of(results["baseline"])
     batched = best_of(batch_results)
     common = {
-        "load_generator": f"wrk {WRK_VERSION}, {WRK_THREADS} thread, separate process",
+        "load_generator": f"{wrk_version()}; {WRK_THREADS} thread, separate process",
         "server": "service.server.HttpServer: uvicorn + uvloop + httptools, 1 worker, loopback",
         "dimension": DIMENSION,
         "predictor": settings.model.predictor,
