@@ -17,7 +17,7 @@ record names which. One topic with one partition receives ``EVENTS`` synthetic e
 
 Both clocks start when the first ``poll()`` returns records (so the ~3 s group join is not
 counted on either side) and stop when the last record was read (reference) or learned (ours: the
-engine's snapshot shows every event, watched every millisecond). Rates are events/s; the best
+engine's snapshot shows every event, watched every 2 ms). Rates are events/s; the best
 round of each side is kept.
 
 Record: ``e2e_vs_raw_consumer`` (bar 0.8x).
@@ -50,8 +50,8 @@ from service.topics import ensure_topics
 logger = logging.getLogger(__name__)
 
 DIMENSION = 10
-EVENTS = 60_000
-QUICK_EVENTS = 6_000
+EVENTS = 150_000
+QUICK_EVENTS = 10_000
 ROUNDS = 3
 QUICK_ROUNDS = 1
 BAR = 0.8
@@ -60,7 +60,7 @@ TOPIC = "bench-e2e"
 PRODUCER_LINGER_MS = 20
 PRODUCER_BATCH_BYTES = 1 << 20
 DRAIN_TIMEOUT_S = 180.0
-WATCH_INTERVAL_S = 0.001
+WATCH_INTERVAL_S = 0.002
 STOP_TIMEOUT_S = 30.0
 
 _groups = itertools.count()

@@ -83,6 +83,8 @@ SHIFT_27 = np.uint64(27)
 SHIFT_31 = np.uint64(31)
 HALF_WORD = np.uint64(32)
 UNROLL = 4
+COLUMN_VOTE_MIN_ROWS = 2
+"""Batches with fewer rows vote voter by voter: transposing the voters would cost more."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 Floats = NDArray[np.float64]
@@ -318,13 +320,38 @@ def voter_slot(count: int, voter_counts: Ints, voter_order: Ints, counters: Ints
 
 
 @_jit
-def voter_columns(voters: Floats, row: int, n: int, d: int) -> Floats:
+def vote_binary(  # noqa: PLR0917 - numba kernels take positional arrays
+    x: Floats,
+    d: int,
+    live_score: float,
+    live_count: int,
+    voters: Floats,
+    voter_counts: Ints,
+    voter_order: Ints,
+    counters: Ints,
+) -> float:
+    """The voted prediction, stopping as soon as the remaining votes cannot change it."""
+    acc = vote_sign(live_score, live_count)
+    remaining = counters[VOTE_TOTAL]
+    for k in range(counters[N_VOTERS]):
+        if acc >= remaining or acc < -remaining:
+            break
+        slot = voter_order[k]
+        count = voter_counts[slot]
+        acc += vote_sign(dot(voters[slot, 0], x, d), count)
+        remaining -= count
+    return 1.0 if acc >= 0 else -1.0
+
+
+@_jit
+def voter_columns(voters: Floats, row: int, n: int, d: int, capacity: int) -> Floats:
     """Row ``row`` of the first ``n`` voters as the columns of a (d, capacity) matrix.
 
     In this layout :func:`vote_binary_columns` scores many voters at once (SIMD across voters)
-    while summing each voter's score exactly like :func:`dot`.
+    while summing each voter's score exactly like :func:`dot`; columns past ``n`` are free for
+    voters added later.
     """
-    columns = np.empty((d, voters.shape[0]))
+    columns = np.empty((d, capacity))
     for slot in range(n):
         for j in range(d):
             columns[j, slot] = voters[slot, row, j]
@@ -445,8 +472,13 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     d = X.shape[1]
     w = weights[0]
     a = weight_sums[0]
-    columns = voter_columns(voters, 0, counters[N_VOTERS] if prequential_voted else 0, d)
-    lanes = np.empty((UNROLL, voters.shape[0]))
+    by_columns = prequential_voted and n >= COLUMN_VOTE_MIN_ROWS
+    if by_columns:
+        columns = voter_columns(voters, 0, counters[N_VOTERS], d, voters.shape[0])
+        lanes = np.empty((UNROLL, voters.shape[0]))
+    else:
+        columns = np.empty((0, 0))
+        lanes = np.empty((0, 0))
     for i in range(n):
         x = X[i]
         if limit > 0.0 and not row_ok(x, d, limit):
@@ -462,7 +494,12 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         if averaged != target:
             counters[PQ_AVERAGED] += 1
         if prequential_voted:
-            voted = vote_binary_columns(x, d, score, live, columns, voter_counts, counters, lanes)
+            if by_columns:
+                voted = vote_binary_columns(
+                    x, d, score, live, columns, voter_counts, counters, lanes
+                )
+            else:
+                voted = vote_binary(x, d, score, live, voters, voter_counts, voter_order, counters)
             counters[PQ_VOTED_SEEN] += 1
             if voted != target:
                 counters[PQ_VOTED] += 1
@@ -475,7 +512,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             slot = voter_slot(live, voter_counts, voter_order, counters, max_voters)
             if slot >= 0:
                 voters[slot, 0, :d] = w[:d]
-                if prequential_voted:
+                if by_columns:
                     columns[:, slot] = w[:d]
             row_sq[0] = add_scaled(w, a, live, x, target > 0.0, d)
             born[0] = seen
@@ -696,8 +733,9 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     seen = counters[SEEN]
     live = seen - born[0]
     n_voters = counters[N_VOTERS] if which == VOTED else 0
-    columns = voter_columns(voters, 0, n_voters, d)
-    lanes = np.empty((UNROLL, voters.shape[0]))
+    transposed = n_voters if n >= COLUMN_VOTE_MIN_ROWS else 0
+    columns = voter_columns(voters, 0, transposed, d, transposed)
+    lanes = np.empty((UNROLL, transposed))
     mass = live
     for slot in range(n_voters):
         mass += voter_counts[slot]
@@ -713,9 +751,13 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             out_scores[i] = total / seen if seen > 0 else 0.0
         else:
             acc = vote_sign(score, live)
-            voter_scores(columns, n_voters, x, d, lanes)
-            for slot in range(n_voters):
-                acc += vote_sign(voter_score(lanes, slot), voter_counts[slot])
+            if transposed:
+                voter_scores(columns, n_voters, x, d, lanes)
+                for slot in range(n_voters):
+                    acc += vote_sign(voter_score(lanes, slot), voter_counts[slot])
+            else:
+                for slot in range(n_voters):
+                    acc += vote_sign(dot(voters[slot, 0], x, d), voter_counts[slot])
             out_codes[i] = 1.0 if acc >= 0 else -1.0
             out_scores[i] = acc / mass if mass > 0 else 0.0
 

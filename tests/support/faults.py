@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from consumers.checkpoint import unframe
+from learning import load_state
 from service.model import build_learner, build_tracker
 from service.settings import load_settings
 from service.synthetic import SyntheticStream
@@ -205,3 +207,32 @@ def served_model(service: RunningService) -> dict[str, Any]:
         "bound": (bound["name"], bound["bound"], bound["gamma"], bound["k"]),
         "radius": stats["radius"],
     }
+
+
+@dataclass(frozen=True)
+class CheckpointOnDisk:
+    """One checkpoint file as the test reads it back independently of the service."""
+
+    path: Path
+    seen: int
+    next_offsets: dict[tuple[str, int], int]
+
+
+def checkpoints_on_disk(directory: Path) -> list[CheckpointOnDisk]:
+    """The verified checkpoints in ``directory``, newest first.
+
+    Read-only: unlike ``CheckpointStore``, it never removes a temporary file, so it is safe to
+    call while the service is writing. A file pruned while being listed is skipped.
+    """
+    found = []
+    for path in sorted(directory.glob("checkpoint-*.ckpt"), reverse=True):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        learner, _, extra = load_state(unframe(data))
+        offsets = {
+            (p["topic"], int(p["partition"])): int(p["next_offset"]) for p in extra["partitions"]
+        }
+        found.append(CheckpointOnDisk(path, learner.n_seen, offsets))
+    return found
