@@ -116,7 +116,8 @@ def wrk_binary() -> str:
 def wrk_version() -> str:
     """What ``wrk --version`` says about itself (its first line)."""
     done = subprocess.run([wrk_binary(), "--version"], capture_output=True, text=True, check=False)
-    return (done.stdout or done.stderr).splitlines()[0].strip()
+    first_line = (done.stdout or done.stderr).splitlines()[0]
+    return first_line.split(" Copyright", 1)[0].strip()
 
 
 def _duration_ms(text: str) -> float:

@@ -2,9 +2,11 @@
 
 The request body is parsed by orjson and checked by hand (no pydantic on the hot path); features
 go through the consumer's :func:`~consumers.events.validate_features`, so HTTP refuses exactly
-what the consumer refuses, with the same codes. A batch of dense instances is checked and
-converted in bulk; only when the bulk check fails are rows inspected one by one to say which
-ones are wrong. Predictions read one immutable model snapshot per request.
+what the consumer refuses, with the same codes. A batch of dense instances is first read by a
+compiled reader straight into the feature matrix (:mod:`service._fastbody`, exact or silent);
+otherwise it is parsed by orjson, checked and converted in bulk, and only when the bulk check
+fails are rows inspected one by one to say which ones are wrong. Predictions read one immutable
+model snapshot per request.
 """
 
 from __future__ import annotations
