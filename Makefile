@@ -43,7 +43,7 @@ test: $(STAMP) system-deps lint
 bench: $(STAMP) bench-deps
 	$(BIN)/python -m bench
 
-soak: $(STAMP) system-deps
+soak: $(STAMP) system-deps bench-deps
 	$(BIN)/pytest -m soak tests
 
 clean:

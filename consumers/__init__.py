@@ -5,6 +5,8 @@ Modules
 -------
 events
     Record decoding and validation (fast vectorised path, precise per-record diagnosis).
+fastjson
+    The compiled JSON blocks of the decoder's fast tier, for other exact-or-silent readers.
 dlq
     The dead-letter writer.
 checkpoint

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numba
@@ -38,9 +39,6 @@ from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
 logger = logging.getLogger(__name__)
-
-ACCEPTED = 0
-ESCALATED = 1
 
 SMALLEST_POWER_OF_TEN = -342
 LARGEST_POWER_OF_TEN = 308
@@ -61,7 +59,6 @@ _U32_MASK = np.uint64(0xFFFFFFFF)
 _U32_SHIFT = np.uint64(32)
 _PRECISION_MASK = np.uint64(0x1FF)
 _U_ONE = np.uint64(1)
-_U_TWO = np.uint64(2)
 _U_THREE = np.uint64(3)
 _U_ZERO = np.uint64(0)
 _U_TEN = np.uint64(10)
@@ -79,20 +76,21 @@ _SWAR_MUL1 = np.uint64(100 + (1_000_000 << 32))
 _SWAR_MUL2 = np.uint64(1 + (10_000 << 32))
 _OVERFLOW_MANTISSA = np.uint64(2 << MANTISSA_BITS)
 
-# Byte values of the JSON grammar.
-_QUOTE = 0x22
+# Structural bytes of the JSON grammar (other compiled readers use them too).
+QUOTE = 0x22
+COMMA = 0x2C
+COLON = 0x3A
+OPEN_BRACE = 0x7B
+CLOSE_BRACE = 0x7D
+OPEN_BRACKET = 0x5B
+CLOSE_BRACKET = 0x5D
+# Bytes inside tokens, and white space.
 _BACKSLASH = 0x5C
-_COMMA = 0x2C
-_COLON = 0x3A
 _MINUS = 0x2D
 _PLUS = 0x2B
 _DOT = 0x2E
 _ZERO = 0x30
 _NINE = 0x39
-_OPEN_BRACE = 0x7B
-_CLOSE_BRACE = 0x7D
-_OPEN_BRACKET = 0x5B
-_CLOSE_BRACKET = 0x5D
 _LOWER_E = 0x65
 _UPPER_E = 0x45
 _SPACE = 0x20
@@ -133,7 +131,7 @@ _RFC3339_OFFSET_LENGTH = 6
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
-def _kernel(function: _Function) -> _Function:
+def kernel(function: _Function) -> _Function:
     """Compile with numba, without its runtime.
 
     These kernels never allocate; without the runtime, passing an array to a helper costs no
@@ -239,7 +237,7 @@ _bits_to_double: Any = intrinsic(_bits_to_double_intrinsic)
 _load_word: Any = intrinsic(_load_word_intrinsic)
 
 
-@_kernel
+@kernel
 def _eight_digits(data: Any, position: int) -> tuple[bool, Any]:  # pragma: no cover - compiled
     """(True, value) when data[position:position + 8] are eight ASCII digits (SWAR, no loop)."""
     word = _load_word(data, position)
@@ -253,7 +251,7 @@ def _eight_digits(data: Any, position: int) -> tuple[bool, Any]:  # pragma: no c
     return True, word & _U32_MASK
 
 
-@_kernel
+@kernel
 def decimal_to_double(
     significand: Any, power: int, negative: bool, high: Any, low: Any
 ) -> tuple[bool, float]:  # pragma: no cover - compiled
@@ -306,8 +304,9 @@ def decimal_to_double(
     return True, _bits_to_double(bits)
 
 
-@_kernel
-def _skip_space(data: Any, position: int, end: int) -> int:  # pragma: no cover - compiled
+@kernel
+def skip_space(data: Any, position: int, end: int) -> int:  # pragma: no cover - compiled
+    """The first position at or after ``position`` that is not JSON white space."""
     while position < end:
         byte = data[position]
         if byte != _SPACE and byte != _TAB and byte != _NEWLINE and byte != _RETURN:  # noqa: PLR1714
@@ -316,12 +315,12 @@ def _skip_space(data: Any, position: int, end: int) -> int:  # pragma: no cover 
     return position
 
 
-@_kernel
+@kernel
 def _is_digit(byte: int) -> bool:  # pragma: no cover - compiled
     return _ZERO <= byte <= _NINE
 
 
-@_kernel
+@kernel
 def _digits_run(
     data: Any, position: int, end: int, value: Any
 ) -> tuple[int, Any]:  # pragma: no cover
@@ -341,7 +340,7 @@ def _digits_run(
     return position, value
 
 
-@_kernel
+@kernel
 def parse_number(
     data: Any, position: int, end: int, high: Any, low: Any
 ) -> tuple[int, float, bool]:  # pragma: no cover - compiled
@@ -407,12 +406,52 @@ def parse_number(
     return position, value, integer
 
 
-@_kernel
-def _plain_string_end(data: Any, position: int, end: int) -> int:  # pragma: no cover - compiled
+@kernel
+def read_number_array(  # noqa: PLR0917 - numba kernels take positional arrays
+    data: Any,
+    position: int,
+    end: int,
+    row: Any,
+    offset: int,
+    count: int,
+    max_abs: float,
+    high: Any,
+    low: Any,
+) -> int:  # pragma: no cover - compiled
+    """Read ``[n, ...]`` of exactly ``count`` numbers within ±``max_abs`` into ``row[offset:]``.
+
+    Returns the position after the closing bracket, or -1 when not decided here.
+    """
+    if position >= end or data[position] != OPEN_BRACKET:
+        return -1
+    position = skip_space(data, position + 1, end)
+    filled = 0
+    while True:
+        if filled >= count:
+            return -1
+        position, value, _ = parse_number(data, position, end, high, low)
+        if position < 0 or not (-max_abs <= value <= max_abs):
+            return -1
+        row[offset + filled] = value
+        filled += 1
+        position = skip_space(data, position, end)
+        if position < end and data[position] == COMMA:
+            position = skip_space(data, position + 1, end)
+            continue
+        if position < end and data[position] == CLOSE_BRACKET:
+            break
+        return -1
+    if filled != count:
+        return -1
+    return position + 1
+
+
+@kernel
+def plain_string_end(data: Any, position: int, end: int) -> int:  # pragma: no cover - compiled
     """Index of the closing quote of a printable-ASCII string without escapes, else -1."""
     while position < end:
         byte = data[position]
-        if byte == _QUOTE:
+        if byte == QUOTE:
             return position
         if byte < _SPACE or byte > _LAST_ASCII or byte == _BACKSLASH:
             return -1
@@ -420,8 +459,9 @@ def _plain_string_end(data: Any, position: int, end: int) -> int:  # pragma: no 
     return -1
 
 
-@_kernel
-def _matches(data: Any, start: int, stop: int, word: Any) -> bool:  # pragma: no cover
+@kernel
+def matches(data: Any, start: int, stop: int, word: Any) -> bool:  # pragma: no cover
+    """Whether data[start:stop] holds exactly the bytes of ``word``."""
     if stop - start != word.shape[0]:
         return False
     for i in range(word.shape[0]):  # noqa: SIM110 - a plain loop compiles to a tight loop
@@ -430,11 +470,11 @@ def _matches(data: Any, start: int, stop: int, word: Any) -> bool:  # pragma: no
     return True
 
 
-@_kernel
+@kernel
 def _key_code(data: Any, start: int, stop: int) -> int:  # pragma: no cover - compiled
-    if _matches(data, start, stop, _FEATURES_KEY):
+    if matches(data, start, stop, _FEATURES_KEY):
         return _KEY_FEATURES
-    if _matches(data, start, stop, _LABEL_KEY):
+    if matches(data, start, stop, _LABEL_KEY):
         return _KEY_LABEL
     if stop - start == 2 and data[start + 1] == ord("d") and data[start] == ord("i"):
         return _KEY_ID
@@ -443,7 +483,7 @@ def _key_code(data: Any, start: int, stop: int) -> int:  # pragma: no cover - co
     return -1
 
 
-@_kernel
+@kernel
 def _digits(data: Any, start: int, count: int) -> int:  # pragma: no cover - compiled
     """The number written by ``count`` ASCII digits at ``start``, or -1."""
     value = 0
@@ -454,7 +494,7 @@ def _digits(data: Any, start: int, count: int) -> int:  # pragma: no cover - com
     return value
 
 
-@_kernel
+@kernel
 def _days_in_month(year: int, month: int, days: Any) -> int:  # pragma: no cover - compiled
     if month == _FEBRUARY and (
         year % _QUADRICENTURY == 0 or (year % _LEAP_CYCLE == 0 and year % _CENTURY != 0)
@@ -463,7 +503,7 @@ def _days_in_month(year: int, month: int, days: Any) -> int:  # pragma: no cover
     return int(days[month - 1])
 
 
-@_kernel
+@kernel
 def rfc3339_valid(data: Any, start: int, stop: int, days: Any) -> bool:  # pragma: no cover
     """Whether data[start:stop] is an RFC 3339 date-time on a real calendar day."""
     if stop - start < _RFC3339_MIN_LENGTH:
@@ -483,7 +523,7 @@ def rfc3339_valid(data: Any, start: int, stop: int, days: Any) -> bool:  # pragm
     hour = _digits(data, p + 11, 2)
     minute = _digits(data, p + 14, 2)
     second = _digits(data, p + 17, 2)
-    if data[p + 13] != _COLON or data[p + 16] != _COLON:
+    if data[p + 13] != COLON or data[p + 16] != COLON:
         return False
     if not (
         0 <= hour <= _LAST_HOUR and 0 <= minute <= _LAST_MINUTE and 0 <= second <= _LEAP_SECOND
@@ -502,14 +542,14 @@ def rfc3339_valid(data: Any, start: int, stop: int, days: Any) -> bool:  # pragm
         return p + 1 == stop
     if data[p] != _PLUS and data[p] != _MINUS:
         return False
-    if stop - p != _RFC3339_OFFSET_LENGTH or data[p + 3] != _COLON:
+    if stop - p != _RFC3339_OFFSET_LENGTH or data[p + 3] != COLON:
         return False
     offset_hour = _digits(data, p + 1, 2)
     offset_minute = _digits(data, p + 4, 2)
     return 0 <= offset_hour <= _LAST_HOUR and 0 <= offset_minute <= _LAST_MINUTE
 
 
-@_kernel
+@kernel
 def _label_slot(  # noqa: PLR0917 - numba kernels take positional arguments
     data: Any,
     start: int,
@@ -550,7 +590,7 @@ def _label_slot(  # noqa: PLR0917 - numba kernels take positional arguments
     return -1
 
 
-@_kernel
+@kernel
 def _integer_token_end(data: Any, position: int, end: int) -> int:  # pragma: no cover
     """End of a JSON integer token (no fraction, no exponent), else -1."""
     p = position
@@ -565,7 +605,7 @@ def _integer_token_end(data: Any, position: int, end: int) -> int:  # pragma: no
     return p
 
 
-@_kernel
+@kernel
 def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     start: int,
@@ -591,15 +631,15 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     label = -1
     id_start = -1
     id_stop = -1
-    p = _skip_space(data, start, end)
-    if p >= end or data[p] != _OPEN_BRACE:
+    p = skip_space(data, start, end)
+    if p >= end or data[p] != OPEN_BRACE:
         return -1, -1, -1
     p += 1
     while True:
-        p = _skip_space(data, p, end)
-        if p >= end or data[p] != _QUOTE:
+        p = skip_space(data, p, end)
+        if p >= end or data[p] != QUOTE:
             return -1, -1, -1
-        key_stop = _plain_string_end(data, p + 1, end)
+        key_stop = plain_string_end(data, p + 1, end)
         if key_stop < 0:
             return -1, -1, -1
         key = _key_code(data, p + 1, key_stop)
@@ -621,38 +661,19 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
             if seen_ts:
                 return -1, -1, -1
             seen_ts = True
-        p = _skip_space(data, key_stop + 1, end)
-        if p >= end or data[p] != _COLON:
+        p = skip_space(data, key_stop + 1, end)
+        if p >= end or data[p] != COLON:
             return -1, -1, -1
-        p = _skip_space(data, p + 1, end)
+        p = skip_space(data, p + 1, end)
         if p >= end:
             return -1, -1, -1
         if key == _KEY_FEATURES:
-            if data[p] != _OPEN_BRACKET:
-                return -1, -1, -1
-            count = 0
-            p = _skip_space(data, p + 1, end)
-            while True:
-                if count >= n_features:
-                    return -1, -1, -1
-                p, value, _ = parse_number(data, p, end, high, low)
-                if p < 0 or not (-max_abs <= value <= max_abs):
-                    return -1, -1, -1
-                row[offset + count] = value
-                count += 1
-                p = _skip_space(data, p, end)
-                if p < end and data[p] == _COMMA:
-                    p = _skip_space(data, p + 1, end)
-                    continue
-                if p < end and data[p] == _CLOSE_BRACKET:
-                    p += 1
-                    break
-                return -1, -1, -1
-            if count != n_features:
+            p = read_number_array(data, p, end, row, offset, n_features, max_abs, high, low)
+            if p < 0:
                 return -1, -1, -1
         elif key == _KEY_LABEL:
-            if data[p] == _QUOTE:
-                stop = _plain_string_end(data, p + 1, end)
+            if data[p] == QUOTE:
+                stop = plain_string_end(data, p + 1, end)
                 if stop < 0:
                     return -1, -1, -1
                 label = _label_slot(
@@ -670,16 +691,16 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
             if label < 0:
                 return -1, -1, -1
         elif key == _KEY_ID:
-            if data[p] != _QUOTE:
+            if data[p] != QUOTE:
                 return -1, -1, -1
-            stop = _plain_string_end(data, p + 1, end)
+            stop = plain_string_end(data, p + 1, end)
             if stop < 0 or stop == p + 1 or stop - (p + 1) > max_id_length:
                 return -1, -1, -1
             id_start = p + 1
             id_stop = stop
             p = stop + 1
-        elif data[p] == _QUOTE:
-            stop = _plain_string_end(data, p + 1, end)
+        elif data[p] == QUOTE:
+            stop = plain_string_end(data, p + 1, end)
             if stop < 0 or not rfc3339_valid(data, p + 1, stop, days):
                 return -1, -1, -1
             p = stop + 1
@@ -687,20 +708,20 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
             p, value, _ = parse_number(data, p, end, high, low)
             if p < 0 or not (_MIN_EPOCH_SECONDS <= value < _MAX_EPOCH_SECONDS):
                 return -1, -1, -1
-        p = _skip_space(data, p, end)
-        if p < end and data[p] == _COMMA:
+        p = skip_space(data, p, end)
+        if p < end and data[p] == COMMA:
             p += 1
             continue
-        if p < end and data[p] == _CLOSE_BRACE:
+        if p < end and data[p] == CLOSE_BRACE:
             p += 1
             break
         return -1, -1, -1
-    if _skip_space(data, p, end) != end or not (seen_features and seen_label):
+    if skip_space(data, p, end) != end or not (seen_features and seen_label):
         return -1, -1, -1
     return label, id_start, id_stop
 
 
-@_kernel
+@kernel
 def _parse_all(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     starts: Any,
@@ -751,6 +772,7 @@ def _parse_all(  # noqa: PLR0917 - numba kernels take positional arrays
     return accepted
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DenseParse:
     """The outcome of :func:`parse_dense` on one batch.
 
@@ -760,28 +782,20 @@ class DenseParse:
         One row per record; rows of escalated records hold garbage.
     slots
         Label-table slot per record, -1 for an escalated record.
+    id_starts, id_stops
+        Where each record's ``id`` lies in ``buffer`` (-1 when it has none).
+    buffer
+        The joined record values.
     accepted
         How many records were accepted.
     """
 
-    __slots__ = ("X", "accepted", "buffer", "id_starts", "id_stops", "slots")
-
-    def __init__(
-        self,
-        *,
-        X: np.ndarray,
-        slots: np.ndarray,
-        id_starts: np.ndarray,
-        id_stops: np.ndarray,
-        buffer: bytes,
-        accepted: int,
-    ) -> None:
-        self.X = X
-        self.slots = slots
-        self.id_starts = id_starts
-        self.id_stops = id_stops
-        self.buffer = buffer
-        self.accepted = accepted
+    X: np.ndarray
+    slots: np.ndarray
+    id_starts: np.ndarray
+    id_stops: np.ndarray
+    buffer: bytes
+    accepted: int
 
     def event_ids(self, records: np.ndarray) -> Callable[[], list[str | None]]:
         """A function giving the ``id`` of each of ``records`` (``None`` when it has none)."""

@@ -28,6 +28,11 @@ MARKERS = b'"ul\\'
 
 WORD_BYTES = 8
 PAD_BYTE = b" "
+_QUOTE, _SMALL_U, _SMALL_L, _BACKSLASH = MARKERS
+_OPEN_BRACKET = 0x5B
+_OPEN_BRACE = 0x7B
+_CLOSE_BRACKET = 0x5D
+_CLOSE_BRACE = 0x7D
 _ONES = np.uint64(0x0101010101010101)
 _LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
 _M1 = np.uint64(0x5555555555555555)
@@ -53,10 +58,10 @@ def _popcount(word: Any) -> Any:  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True)
 def _count_marker_words(words: Any) -> int:  # pragma: no cover - compiled
-    quote = np.uint64(0x22) * _ONES
-    small_u = np.uint64(0x75) * _ONES
-    small_l = np.uint64(0x6C) * _ONES
-    backslash = np.uint64(0x5C) * _ONES
+    quote = np.uint64(_QUOTE) * _ONES
+    small_u = np.uint64(_SMALL_U) * _ONES
+    small_l = np.uint64(_SMALL_L) * _ONES
+    backslash = np.uint64(_BACKSLASH) * _ONES
     total = np.uint64(0)
     for index in range(words.shape[0]):
         word = words[index]
@@ -77,7 +82,7 @@ def _count_marker_segments(data: Any, starts: Any, ends: Any) -> Any:  # pragma:
         found = 0
         for index in range(starts[segment], ends[segment]):
             byte = data[index]
-            if byte == 0x22 or byte == 0x75 or byte == 0x6C or byte == 0x5C:  # noqa: PLR1714 (numba)
+            if byte == _QUOTE or byte == _SMALL_U or byte == _SMALL_L or byte == _BACKSLASH:  # noqa: PLR1714, SIM109 (numba)
                 found += 1
         counts[segment] = found
     return counts
@@ -138,15 +143,15 @@ def _nesting_depth(data: Any) -> int:  # pragma: no cover - compiled
         if in_string:
             if escaped:
                 escaped = False
-            elif byte == 0x5C:
+            elif byte == _BACKSLASH:
                 escaped = True
-            elif byte == 0x22:
+            elif byte == _QUOTE:
                 in_string = False
-        elif byte == 0x22:
+        elif byte == _QUOTE:
             in_string = True
-        elif byte == 0x5B or byte == 0x7B:  # noqa: PLR1714 (numba)
+        elif byte == _OPEN_BRACKET or byte == _OPEN_BRACE:  # noqa: PLR1714, SIM109 (numba)
             depth += 1
             deepest = max(deepest, depth)
-        elif byte == 0x5D or byte == 0x7D:  # noqa: PLR1714 (numba)
+        elif byte == _CLOSE_BRACKET or byte == _CLOSE_BRACE:  # noqa: PLR1714, SIM109 (numba)
             depth -= 1
     return deepest

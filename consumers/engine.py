@@ -35,7 +35,13 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from consumers.checkpoint import CheckpointStore, SkippedCheckpoint
-from consumers.events import DecodedBatch, EventDecoder, LabelLookup, SourceRecord
+from consumers.events import (
+    REASON_CODES,
+    DecodedBatch,
+    EventDecoder,
+    LabelLookup,
+    SourceRecord,
+)
 from learning import (
     BoundStatus,
     BoundTracker,
@@ -334,7 +340,29 @@ class _Partition:
         partition.applied = [[int(start), int(stop)] for start, stop in data["applied"]]
         partition.learned = int(data["learned"])
         partition.rejected = int(data["rejected"])
-        return (str(data["topic"]), int(data["partition"])), partition
+        key = (str(data["topic"]), int(data["partition"]))
+        problem = partition._inconsistency(key)
+        if problem:
+            raise ValueError(f"partition {key[0]}/{key[1]} in the checkpoint: {problem}")
+        return key, partition
+
+    def _inconsistency(self, key: PartitionKey) -> str | None:
+        """What no run of the engine can produce (a hand-made or damaged state), if anything."""
+        if not key[0] or key[1] < 0 or self.next_offset < 0:
+            return "negative or empty coordinates"
+        if self.learned < 0 or self.rejected < 0:
+            return "negative counts"
+        previous_stop = 0
+        for start, stop in self.applied:
+            if not previous_stop <= start < stop:
+                return f"applied ranges {self.applied} are not ascending and disjoint"
+            previous_stop = stop
+        if self.applied and previous_stop != self.next_offset:
+            return f"next offset {self.next_offset} is not the end of the applied ranges"
+        span = sum(stop - start for start, stop in self.applied)
+        if self.learned + self.rejected != span:
+            return f"{self.learned} learned + {self.rejected} rejected != {span} applied offsets"
+        return None
 
 
 def _labels_of(learner: LinearLearner) -> LabelLookup:
@@ -754,8 +782,13 @@ def _partitions_from(
     partitions: dict[PartitionKey, _Partition] = {}
     for item in extra["partitions"]:
         key, state = _Partition.from_state(item)
+        if key in partitions:
+            raise ValueError(f"partition {key[0]}/{key[1]} appears twice in the checkpoint")
         partitions[key] = state
     invalid = {str(reason): int(count) for reason, count in dict(extra["invalid"]).items()}
+    wrong = {r: c for r, c in invalid.items() if r not in REASON_CODES or c < 0}
+    if wrong:
+        raise ValueError(f"checkpoint counts unknown reasons or negative counts: {wrong}"[:300])
     return partitions, invalid
 
 

@@ -29,6 +29,8 @@ ARRAY_DTYPES: dict[str, np.dtype[np.generic]] = {
     "counters": np.dtype(np.int64),
     "rng": np.dtype(np.uint64),
 }
+FLOAT_ARRAYS = ("weights", "weight_sums", "row_sq", "voters")
+COUNT_ARRAYS = ("born", "voter_counts", "counters")
 
 
 def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.generic]:
@@ -192,3 +194,13 @@ class LinearState:
             n_voters and not 0 <= kept.min() <= kept.max() < capacity
         ):
             raise StateError("voter order is not a set of distinct voter slots")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """Values no learning can produce: a non-finite float or a negative count."""
+        for name in FLOAT_ARRAYS:
+            if not np.isfinite(getattr(self, name)).all():
+                raise StateError(f"array {name!r} holds NaN or infinite values")
+        for name in COUNT_ARRAYS:
+            if (getattr(self, name) < 0).any():
+                raise StateError(f"array {name!r} holds negative counts")

@@ -35,7 +35,7 @@ needs the flag. ``last`` and ``averaged`` are always counted (averaged costs one
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -79,6 +79,8 @@ class LinearLearner(_ClassifierBase):
     """Base of the perceptron learners (not used directly)."""
 
     multiclass: ClassVar[bool] = False
+    _learning_kernel: ClassVar[Callable[..., int]]
+    """The compiled pass of :meth:`learn_batch` (``learn_binary`` or ``learn_multiclass``)."""
     encoder: Encoder
     predictor: PredictorName
     max_voters: int
@@ -106,16 +108,6 @@ class LinearLearner(_ClassifierBase):
         raise NotImplementedError
 
     def _check_targets(self, y: object, n: int) -> NDArray[Any]:
-        raise NotImplementedError
-
-    def _run_kernel(
-        self,
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        outputs: Outputs,
-        limit: float,
-    ) -> int:
-        """Run the learning kernel; ``limit`` > 0 checks rows inside it (see ``learn_batch``)."""
         raise NotImplementedError
 
     def encode_labels(self, labels: Sequence[Hashable], *, grow: bool = False) -> NDArray[Any]:
@@ -177,6 +169,36 @@ class LinearLearner(_ClassifierBase):
             margins=margins,
             prequential_mistakes={name: after[name] - before[name] for name in after},
             n_classes=self._state.counter(k.ACTIVE_CLASSES) if self.multiclass else 0,
+        )
+
+    def _run_kernel(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[Any],
+        outputs: Outputs,
+        limit: float,
+    ) -> int:
+        """Run the learning kernel; ``limit`` > 0 checks rows inside it (see ``learn_batch``)."""
+        state = self._state
+        mistakes, predictions, margins = outputs
+        return self._learning_kernel(
+            X,
+            y,
+            state.weights,
+            state.weight_sums,
+            state.born,
+            state.row_sq,
+            state.voters,
+            state.voter_counts,
+            state.voter_order,
+            state.counters,
+            state.rng,
+            self.max_voters,
+            self.prequential_voted,
+            limit,
+            mistakes,
+            predictions,
+            margins,
         )
 
     def _fit_learning_width(self, matrix: NDArray[np.float64]) -> NDArray[np.float64]:

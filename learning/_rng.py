@@ -15,14 +15,17 @@ MASK64 = (1 << 64) - 1
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 MIX_MULTIPLIER_1 = 0xBF58476D1CE4E5B9
 MIX_MULTIPLIER_2 = 0x94D049BB133111EB
+MIX_SHIFT_1 = 30
+MIX_SHIFT_2 = 27
+MIX_SHIFT_3 = 31
 HALF_WORD = 32
 
 
 def mix64(z: int) -> int:
     """The SplitMix64 output function (a bijection on 64-bit integers)."""
-    z = ((z ^ (z >> 30)) * MIX_MULTIPLIER_1) & MASK64
-    z = ((z ^ (z >> 27)) * MIX_MULTIPLIER_2) & MASK64
-    return z ^ (z >> 31)
+    z = ((z ^ (z >> MIX_SHIFT_1)) * MIX_MULTIPLIER_1) & MASK64
+    z = ((z ^ (z >> MIX_SHIFT_2)) * MIX_MULTIPLIER_2) & MASK64
+    return z ^ (z >> MIX_SHIFT_3)
 
 
 def peek(state: int) -> int:

@@ -439,11 +439,18 @@ class BoundTracker:
         if stack.ndim != 3 or stack.shape[0] != len(names):
             raise StateError(f"tracker references have shape {stack.shape} for {len(names)} names")
         multiclass = bool(meta["multiclass"])
+        margin_window = int(meta["margin_window"])
+        # Checked before the tracker allocates its window, so a crafted size cannot exhaust memory.
+        if arrays["margins"].shape != (margin_window,):
+            raise StateError(
+                f"margin window {margin_window} does not match the saved margins "
+                f"{arrays['margins'].shape}"
+            )
         tracker = cls(
             [],
             gamma_grid=arrays["gamma_grid"],
             multiclass=multiclass,
-            margin_window=int(meta["margin_window"]),
+            margin_window=margin_window,
         )
         n_refs = len(names)
         grid_size = tracker.gamma_grid.size

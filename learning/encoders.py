@@ -246,6 +246,10 @@ class _EncoderBase:
             out[i, : vector.shape[0]] = vector
         return out
 
+    def _with_bias(self, names: tuple[FeatureName, ...]) -> tuple[FeatureName, ...]:
+        """The coordinate names: ``"bias"`` first when the encoder has one, then ``names``."""
+        return (BIAS_NAME, *names) if self.bias else names
+
     def _blank(self) -> NDArray[np.float64]:
         vector = np.zeros(self.dimension, dtype=np.float64)
         if self.bias:
@@ -283,8 +287,7 @@ class DenseEncoder(_EncoderBase):
 
     @property
     def coordinate_names(self) -> tuple[FeatureName, ...]:
-        names: tuple[FeatureName, ...] = tuple(f"x{i}" for i in range(1, self.n_features + 1))
-        return ((BIAS_NAME, *names)) if self.bias else names
+        return self._with_bias(tuple(f"x{i}" for i in range(1, self.n_features + 1)))
 
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         values = self._values(features)
@@ -382,7 +385,7 @@ class SchemaEncoder(_EncoderBase):
 
     @property
     def coordinate_names(self) -> tuple[FeatureName, ...]:
-        return ((BIAS_NAME, *self.names)) if self.bias else self.names
+        return self._with_bias(self.names)
 
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         mapping = _as_mapping(features)
@@ -461,8 +464,7 @@ class VocabularyEncoder(_EncoderBase):
 
     @property
     def coordinate_names(self) -> tuple[FeatureName, ...]:
-        names = tuple(self._names)
-        return ((BIAS_NAME, *names)) if self.bias else names
+        return self._with_bias(tuple(self._names))
 
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         mapping = _as_mapping(features)
@@ -581,8 +583,7 @@ class HashingEncoder(_EncoderBase):
 
     @property
     def coordinate_names(self) -> tuple[FeatureName, ...]:
-        buckets: tuple[FeatureName, ...] = tuple(f"h{i}" for i in range(self.n_buckets))
-        return ((BIAS_NAME, *buckets)) if self.bias else buckets
+        return self._with_bias(tuple(f"h{i}" for i in range(self.n_buckets)))
 
     def bucket(self, name: Hashable) -> tuple[int, float]:
         """(coordinate, sign) of a feature name."""

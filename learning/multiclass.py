@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning._arrays import LinearState
-from learning._base import DEFAULT_MAX_VOTERS, LinearLearner, Outputs
+from learning._base import DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
 from learning.errors import LabelError
 from learning.labels import ClassIndex
@@ -66,6 +65,7 @@ class MulticlassPerceptron(LinearLearner):
     """
 
     multiclass = True
+    _learning_kernel = staticmethod(k.learn_multiclass)
 
     def __init__(
         self,
@@ -104,37 +104,6 @@ class MulticlassPerceptron(LinearLearner):
                 f"{len(self._classes)} classes; add new ones with encode_labels(..., grow=True))"
             )
         return targets
-
-    def _run_kernel(
-        self,
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        outputs: Outputs,
-        limit: float,
-    ) -> int:
-        if X.shape[0] == 0:
-            return -1
-        mistakes, predictions, margins = outputs
-        state = self._state
-        return k.learn_multiclass(
-            X,
-            y,
-            state.weights,
-            state.weight_sums,
-            state.born,
-            state.row_sq,
-            state.voters,
-            state.voter_counts,
-            state.voter_order,
-            state.counters,
-            state.rng,
-            self.max_voters,
-            self.prequential_voted,
-            limit,
-            mistakes,
-            predictions,
-            margins,
-        )
 
     def encode_labels(self, labels: Sequence[Hashable], *, grow: bool = False) -> NDArray[np.int64]:
         """Labels → class indices; ``grow=True`` adds new labels unless classes were declared."""

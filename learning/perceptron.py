@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning._arrays import LinearState
-from learning._base import DEFAULT_MAX_VOTERS, LinearLearner, Outputs
+from learning._base import DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
 from learning.labels import LabelMap
 from learning.predictor import PredictorName
@@ -61,6 +61,8 @@ class Perceptron(LinearLearner):
     ([0.0, -2.25], 2)
     """
 
+    _learning_kernel = staticmethod(k.learn_binary)
+
     def __init__(
         self,
         label_map: LabelMap | None = None,
@@ -94,34 +96,6 @@ class Perceptron(LinearLearner):
             first = int(np.argmax(bad))
             raise ValueError(f"binary targets must be +1 or -1; y[{first}] = {targets[first]!r}")
         return targets
-
-    def _run_kernel(
-        self,
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        outputs: Outputs,
-        limit: float,
-    ) -> int:
-        mistakes, predictions, margins = outputs
-        state = self._state
-        return k.learn_binary(
-            X,
-            y,
-            state.weights,
-            state.weight_sums,
-            state.born,
-            state.row_sq,
-            state.voters,
-            state.voter_counts,
-            state.voter_order,
-            state.counters,
-            self.max_voters,
-            self.prequential_voted,
-            limit,
-            mistakes,
-            predictions,
-            margins,
-        )
 
     def encode_labels(
         self, labels: Sequence[Hashable], *, grow: bool = False

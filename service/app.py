@@ -11,14 +11,15 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
 
 from learning import Predictor
@@ -41,6 +42,8 @@ logger = logging.getLogger(__name__)
 PREDICT_PATH = "/predict"
 JSON_MEDIA_TYPE = "application/json"
 NOT_READY = 503
+
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 
 class SnapshotView(Protocol):
@@ -205,6 +208,12 @@ def _json(content: object, status: int = 200) -> Response:
     )
 
 
+def _stats(engine: EngineView, runner: RunnerView) -> dict[str, Any]:
+    """The ``/stats`` document: the snapshot's statistics and the readiness."""
+    ready, _ = _readiness(engine, runner)
+    return {**engine.snapshot.stats, "ready": ready}
+
+
 def _readiness(engine: EngineView, runner: RunnerView) -> tuple[bool, str | None]:
     if engine.restore_report is None:
         return False, "the model has not been loaded from the checkpoint directory yet"
@@ -237,12 +246,7 @@ def create_app(
         into it while it runs.
     """
     history = history if history is not None else StatsHistory()
-
-    def current_stats() -> dict[str, Any]:
-        ready, _ = _readiness(engine, runner)
-        return {**engine.snapshot.stats, "ready": ready}
-
-    recorder = HistoryRecorder(history, current_stats)
+    recorder = HistoryRecorder(history, lambda: _stats(engine, runner))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -313,60 +317,73 @@ def _add_predict_route(app: NovikoffApp, settings: Settings) -> None:
         return Response(handler.respond(body or b""), media_type=JSON_MEDIA_TYPE)
 
 
+def _json_route(
+    app: FastAPI,
+    path: str,
+    summary: str,
+    description: str,
+    answer: tuple[type[BaseModel], str],
+    *problems: int,
+) -> Callable[[_Endpoint], _Endpoint]:
+    """``GET path`` answering JSON documented by ``answer`` (schema, description) and problems."""
+    schema, answer_description = answer
+    return app.get(
+        path,
+        summary=summary,
+        description=description,
+        responses={
+            200: schemas.json_response(schema, answer_description),
+            **problem_responses(*problems),
+        },
+        response_model=None,
+    )
+
+
 def _add_read_routes(
     app: FastAPI, engine: EngineView, runner: RunnerView, metrics: Metrics
 ) -> None:
-    @app.get(
+    @_json_route(
+        app,
         "/model",
-        summary="The model",
-        description=(
-            "Variant, classes, coordinate names, bias, model version, counters, and the weights "
-            "of the `last` and `averaged` predictors in coordinate order (bias first); the voted "
-            "predictor reports its number of voters."
-        ),
-        responses={200: schemas.json_response(schemas.ModelDescription, "The model.")},
-        response_model=None,
+        "The model",
+        "Variant, classes, coordinate names, bias, model version, counters, and the weights of "
+        "the `last` and `averaged` predictors in coordinate order (bias first); the voted "
+        "predictor reports its number of voters.",
+        (schemas.ModelDescription, "The model."),
     )
     def model() -> Response:
         return _json(engine.snapshot.model)
 
-    @app.get(
+    @_json_route(
+        app,
         "/stats",
-        summary="Learning statistics",
-        description=(
-            "Events learned, mistakes, prequential mistakes of each predictor, the radius R, the "
-            "mistake bound of each reference separator, invalid events by reason, and "
-            "per-partition offsets and lag."
-        ),
-        responses={200: schemas.json_response(schemas.Stats, "The statistics.")},
-        response_model=None,
+        "Learning statistics",
+        "Events learned, mistakes, prequential mistakes of each predictor, the radius R, the "
+        "mistake bound of each reference separator, invalid events by reason, and per-partition "
+        "offsets and lag.",
+        (schemas.Stats, "The statistics."),
     )
     def stats() -> Response:
-        ready, _ = _readiness(engine, runner)
-        return _json({**engine.snapshot.stats, "ready": ready})
+        return _json(_stats(engine, runner))
 
-    @app.get(
+    @_json_route(
+        app,
         "/healthz",
-        summary="Liveness",
-        description="200 while the process is serving.",
-        responses={200: schemas.json_response(schemas.Health, "Alive.")},
-        response_model=None,
+        "Liveness",
+        "200 while the process is serving.",
+        (schemas.Health, "Alive."),
     )
     def healthz() -> Response:
         return _json({"status": "ok"})
 
-    @app.get(
+    @_json_route(
+        app,
         "/readyz",
-        summary="Readiness",
-        description=(
-            "200 when the model is loaded and the consumer is connected to Kafka; otherwise 503 "
-            "with a problem body whose `detail` gives the reason."
-        ),
-        responses={
-            200: schemas.json_response(schemas.Ready, "Ready."),
-            **problem_responses(NOT_READY),
-        },
-        response_model=None,
+        "Readiness",
+        "200 when the model is loaded and the consumer is connected to Kafka; otherwise 503 with "
+        "a problem body whose `detail` gives the reason.",
+        (schemas.Ready, "Ready."),
+        NOT_READY,
     )
     def readyz() -> Response:
         ready, reason = _readiness(engine, runner)

@@ -24,10 +24,12 @@ EXIT_USAGE = 2
 
 DEFAULT_SYNTHETIC_COUNT = 10_000
 DEFAULT_EPOCHS = 10
+DEFAULT_LABEL_COLUMN = "label"
 DEFAULT_MARGIN = 0.1
 DEFAULT_NOISE = 0.0
+DEFAULT_SEED = 0
+DEFAULT_MALFORMED = 0.0
 DEFAULT_DEMO_RATE = 200.0
-DEFAULT_DEMO_NOISE = 0.0
 DEFAULT_DEMO_MALFORMED = 0.005
 DEFAULT_DEMO_DIM = 10
 
@@ -57,6 +59,14 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _label_column_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--label-column",
+        default=DEFAULT_LABEL_COLUMN,
+        help=f"CSV column holding the label (default: {DEFAULT_LABEL_COLUMN})",
+    )
+
+
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "serve",
@@ -69,10 +79,17 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--port", type=int, help="override http.port (0 picks a free port)")
 
 
-def _add_stream_options(parser: argparse.ArgumentParser) -> None:
+def _add_stream_options(
+    parser: argparse.ArgumentParser, *, dim: int | None, malformed: float
+) -> None:
+    """The synthetic stream's options; ``dim=None`` takes the config's ``model.dim``."""
     synthetic = parser.add_argument_group("synthetic stream")
     synthetic.add_argument(
-        "--dim", type=int, help="number of features (default: the config's model.dim)"
+        "--dim",
+        type=int,
+        default=dim,
+        help="number of features "
+        + ("(default: the config's model.dim)" if dim is None else f"(default {dim})"),
     )
     synthetic.add_argument(
         "--margin",
@@ -84,14 +101,17 @@ def _add_stream_options(parser: argparse.ArgumentParser) -> None:
         "--noise",
         type=float,
         default=DEFAULT_NOISE,
-        help="fraction of labels flipped after sampling (default 0: separable)",
+        help=f"fraction of labels flipped after sampling (default {DEFAULT_NOISE:g}: separable)",
     )
-    synthetic.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    synthetic.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})"
+    )
     synthetic.add_argument(
         "--malformed",
         type=float,
-        default=0.0,
-        help="fraction of deliberately malformed records, for dead-letter demos (default 0)",
+        default=malformed,
+        help=f"fraction of deliberately malformed records, for dead-letter demos "
+        f"(default {malformed:g})",
     )
 
 
@@ -110,9 +130,7 @@ def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     source.add_argument("--iris", action="store_true", help="Fisher's Iris data (scikit-learn)")
     source.add_argument("--file", type=Path, metavar="PATH", help="a .csv or .jsonl file")
-    parser.add_argument(
-        "--label-column", default="label", help="CSV column holding the label (default: label)"
-    )
+    _label_column_option(parser)
     parser.add_argument(
         "--count",
         type=int,
@@ -143,7 +161,7 @@ def _add_produce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="print the synthetic reference separator as TOML and exit",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_stream_options(parser)
+    _add_stream_options(parser, dim=None, malformed=DEFAULT_MALFORMED)
 
 
 def _add_fit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -166,9 +184,7 @@ def _add_fit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument(
         "--shuffle-seed", type=int, help="shuffle each epoch with this seed (default: file order)"
     )
-    parser.add_argument(
-        "--label-column", default="label", help="CSV column holding the label (default: label)"
-    )
+    _label_column_option(parser)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -192,35 +208,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--count", type=int, help="stop producing after this many events (default: never)"
     )
     parser.add_argument(
-        "--dim",
-        type=int,
-        default=DEFAULT_DEMO_DIM,
-        help=f"number of features (default {DEFAULT_DEMO_DIM})",
-    )
-    parser.add_argument(
-        "--margin",
-        type=float,
-        default=DEFAULT_MARGIN,
-        help=f"margin of the reference separator (default {DEFAULT_MARGIN})",
-    )
-    parser.add_argument(
-        "--noise",
-        type=float,
-        default=DEFAULT_DEMO_NOISE,
-        help=f"fraction of labels flipped (default {DEFAULT_DEMO_NOISE})",
-    )
-    parser.add_argument(
-        "--malformed",
-        type=float,
-        default=DEFAULT_DEMO_MALFORMED,
-        help=f"fraction of malformed events (default {DEFAULT_DEMO_MALFORMED})",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument(
         "--state-dir",
         type=Path,
         help="checkpoint directory (default: a temporary directory removed on exit)",
     )
+    _add_stream_options(parser, dim=DEFAULT_DEMO_DIM, malformed=DEFAULT_DEMO_MALFORMED)
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -261,7 +253,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         total: int | None = count
     elif args.iris:
         records = produce.iris_records(args.count, args.seed, named)
-        total = args.count or len(produce.IRIS_CLASSES) * 50
+        total = args.count or produce.IRIS_FLOWERS
     else:
         records = produce.limited(
             produce.file_records(args.file, named, args.label_column), args.count

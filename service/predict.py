@@ -22,8 +22,8 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers._scan import count_markers
 from consumers.events import validate_features
+from consumers.fastjson import count_markers
 from learning import DenseEncoder, FeatureError, Predictor
 from learning.encoders import MAX_ABS_FEATURE, Encoder
 from service._fastbody import DenseInstances, parse_dense_instances
@@ -38,6 +38,11 @@ NUMBER_TYPES = frozenset({int, float})
 BATCH_KEY = b'"instances"'
 MARKER_CHARACTERS = ("u", "l")
 MAX_REPORTED_ERRORS = 10
+MAX_LISTED_CHARACTERS = 200
+"""Longest list of unknown field names quoted in an error message."""
+MAX_SHOWN_CHARACTERS = 60
+"""Longest rendering of a refused value quoted in an error message."""
+ELLIPSIS = "..."
 JSON_MEDIA_TYPES = ("application/json",)
 JSON_SUFFIX = "+json"
 
@@ -326,7 +331,7 @@ def _parse(body: bytes) -> dict[str, Any]:
         )
     unknown = request.keys() - REQUEST_FIELDS
     if unknown:
-        names = ", ".join(sorted(map(repr, unknown)))[:200]
+        names = _listed(unknown)
         raise _invalid(
             "/" + sorted(unknown)[0],
             "unknown_field",
@@ -366,7 +371,7 @@ def _instance_error(instance: object, pointer: str) -> FieldError | None:
         return FieldError(
             pointer,
             "unknown_field",
-            f"unknown field(s) {', '.join(sorted(map(repr, unknown)))[:200]}",
+            f"unknown field(s) {_listed(unknown)}",
         )
     return None
 
@@ -427,4 +432,10 @@ def _kind(value: object) -> str:
 
 def _show(value: object) -> str:
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    if len(text) <= MAX_SHOWN_CHARACTERS:
+        return text
+    return text[: MAX_SHOWN_CHARACTERS - len(ELLIPSIS)] + ELLIPSIS
+
+
+def _listed(names: Iterable[object]) -> str:
+    return ", ".join(sorted(map(repr, names)))[:MAX_LISTED_CHARACTERS]

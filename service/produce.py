@@ -27,6 +27,7 @@ Record = tuple[str, bytes]
 
 IRIS_FEATURE_NAMES = ("sepal_length", "sepal_width", "petal_length", "petal_width")
 IRIS_CLASSES = ("setosa", "versicolor", "virginica")
+IRIS_FLOWERS = 150
 DEFAULT_LABEL_COLUMN = "label"
 PROGRESS_WIDTH = 30
 PROGRESS_INTERVAL_S = 0.2

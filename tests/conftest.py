@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker import TansuBroker, external_bootstrap
+from tests.support import broker
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -21,12 +21,8 @@ def artifacts_dir() -> Path:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(artifacts_dir: Path) -> Iterator[str]:
     """A real broker: ``KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded Tansu."""
-    external = external_bootstrap()
-    if external:
-        yield external
-        return
-    with TansuBroker(log_path=artifacts_dir / "tansu.log") as broker:
-        yield broker.bootstrap
+    with broker.kafka_bootstrap(artifacts_dir / "tansu.log") as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ def restored_seen(log: str) -> int:
 
 
 def handled(stats: dict[str, Any]) -> int:
-    return int(stats["seen"]) + sum(stats["invalid"].values())
+    return int(stats["seen"]) + int(sum(stats["invalid"].values()))
 
 
 def drained(total: int) -> Any:
@@ -187,4 +187,4 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
         )
     finally:
         service.stop()
-        publisher.allow(EVENTS)
+        publisher.cancel()

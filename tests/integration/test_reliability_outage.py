@@ -197,7 +197,7 @@ def test_a_broker_outage_keeps_predictions_up_and_recovers_by_itself(
         )
         assert report.missing == [] and report.problems == [], report.problems
         X, y = ledger.valid_arrays(0)
-        assert served_model(service) == offline_expectation(service.stream, X, y)  # type: ignore[arg-type]
+        assert served_model(service) == offline_expectation(service.stream, X, y)
         record_figures(
             artifacts_dir,
             "broker_outage",

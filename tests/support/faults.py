@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,15 @@ KILL_POLL_S = 0.01
 
 @dataclass(frozen=True)
 class ConfiguredStream(Stream):
-    """A :class:`Stream` whose service config gets extra TOML appended (e.g. ``[checkpoint]``)."""
+    """A :class:`Stream` whose service config gets extra TOML appended (e.g. ``[checkpoint]``),
+    or is replaced altogether by ``model_toml`` (e.g. for a named-feature model)."""
 
     extra_toml: str = ""
+    model_toml: str = ""
 
     def config_toml(self) -> str:
-        return super().config_toml() + "\n" + self.extra_toml
+        base = self.model_toml or super().config_toml()
+        return base + "\n" + self.extra_toml
 
     def synthetic(self) -> SyntheticStream:
         """The synthetic stream this config's reference separator belongs to."""
@@ -54,7 +58,7 @@ class FaultyService(RunningService):
     incarnation that crashed stays readable.
     """
 
-    group_id: str = "novikoff-reliability"
+    group_id: str = field(default_factory=lambda: f"novikoff-{uuid.uuid4().hex[:8]}")
     incarnation: int = 0
     logs: list[Path] = field(default_factory=list)
 

@@ -206,6 +206,7 @@ class PacedPublisher:
         self._changed = threading.Condition()
         self._produced: list[Produced] = []
         self._error: BaseException | None = None
+        self._cancelled = False
         self._thread = threading.Thread(target=self._run, name="paced-publisher", daemon=True)
 
     @property
@@ -221,6 +222,14 @@ class PacedPublisher:
     def start(self) -> PacedPublisher:
         self._thread.start()
         return self
+
+    def cancel(self) -> None:
+        """Stop publishing (after the chunk in flight) and wait for the thread."""
+        with self._changed:
+            self._cancelled = True
+            self._changed.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(PRODUCE_TIMEOUT_S)
 
     def join(self, timeout_s: float = PRODUCE_TIMEOUT_S) -> list[Produced]:
         """Wait until every planned record is acknowledged; the records with their offsets."""
@@ -241,8 +250,10 @@ class PacedPublisher:
         try:
             while self._sent < len(self._planned):
                 with self._changed:
-                    while self._sent >= self._limit:
+                    while self._sent >= self._limit and not self._cancelled:
                         self._changed.wait()
+                    if self._cancelled:
+                        return
                     stop = min(self._limit, self._sent + self._chunk)
                 started = time.monotonic()
                 batch = self._planned[self._sent : stop]

@@ -36,6 +36,28 @@ def test_package_imports_flow_one_way(package: str) -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+    return modules
+
+
+def test_service_uses_consumers_and_learning_through_public_modules() -> None:
+    for path in sorted((ROOT / "service").rglob("*.py")):
+        private = {
+            module
+            for module in imported_modules(path)
+            if module.split(".")[0] in {"consumers", "learning"}
+            and any(part.startswith("_") for part in module.split(".")[1:])
+        }
+        assert not private, f"{path.relative_to(ROOT)} imports private modules {sorted(private)}"
+
+
 def test_learning_does_no_io() -> None:
     for path in sorted((ROOT / "learning").rglob("*.py")):
         bad = imported_roots(path) & LEARNING_NO_IO
