@@ -32,7 +32,7 @@ unit: $(STAMP)
 	$(BIN)/pytest learning consumers service tests/unit
 
 integration: $(STAMP) system-deps
-	$(BIN)/pytest tests/integration
+	$(BIN)/pytest -m "not soak" tests/integration
 
 e2e: $(STAMP) system-deps
 	$(BIN)/pytest tests/e2e

@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 NOISY_LIBRARIES = ("kafka", "uvicorn.access")
+# During a broker outage kafka-python repeats the same error (with a traceback) on every
+# reconnect attempt; the runner already reports "lost" and "connected" once each.
+LIBRARY_REPEAT_WINDOW_S = 60.0
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,6 +48,37 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+class LibraryRepeatFilter(logging.Filter):
+    """Let one kafka-python record per message template through per window, without traceback.
+
+    The first record of a kind keeps its level and text, so a real library error still shows;
+    its repeats inside the window are dropped instead of flooding the log during an outage.
+    novikoff's own records always pass.
+    """
+
+    def __init__(self, window_s: float = LIBRARY_REPEAT_WINDOW_S) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._last_seen: dict[tuple[str, object], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Drop a kafka-python record whose kind was let through less than a window ago."""
+        if record.name != "kafka" and not record.name.startswith("kafka."):
+            return True
+        key = (record.name, record.msg)
+        now = time.monotonic()
+        last = self._last_seen.get(key)
+        if last is not None and now - last < self._window_s:
+            return False
+        self._last_seen[key] = now
+        if record.exc_info:
+            record.msg = f"{record.getMessage()} ({record.exc_info[1]!r})"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def configure_logging(settings: LoggingSettings) -> None:
     """Send every log line to stderr at ``settings.level``, as JSON when ``settings.json``."""
     handler = logging.StreamHandler(sys.stderr)
@@ -60,3 +94,4 @@ def configure_logging(settings: LoggingSettings) -> None:
     # kafka-python logs every connection attempt at INFO; outages are reported by the runner.
     for name in NOISY_LIBRARIES:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    handler.addFilter(LibraryRepeatFilter())

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from service.logs import configure_logging
+from service.logs import LibraryRepeatFilter, configure_logging
 from service.settings import LoggingSettings
 
 
@@ -42,3 +42,30 @@ def test_plain_lines(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert "WARNING novikoff.test: broker away" in err
     assert "not shown" not in err
+
+
+def _kafka_record(name: str, msg: str, *, exc: BaseException | None = None) -> logging.LogRecord:
+    exc_info = (type(exc), exc, None) if exc is not None else None
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, ("broker-1",), exc_info)
+
+
+def test_library_repeats_are_dropped_within_the_window_and_tracebacks_folded() -> None:
+    repeat_filter = LibraryRepeatFilter(window_s=3600)
+    first = _kafka_record("kafka.conn", "connect to %s failed", exc=ConnectionRefusedError(111))
+    assert repeat_filter.filter(first)
+    assert first.exc_info is None
+    assert first.getMessage() == "connect to broker-1 failed (ConnectionRefusedError(111))"
+    assert not repeat_filter.filter(_kafka_record("kafka.conn", "connect to %s failed"))
+    assert repeat_filter.filter(_kafka_record("kafka.client", "connect to %s failed"))
+
+
+def test_library_filter_passes_every_record_of_our_own() -> None:
+    repeat_filter = LibraryRepeatFilter(window_s=3600)
+    for _ in range(3):
+        assert repeat_filter.filter(_kafka_record("consumers.runner", "consumer lost Kafka"))
+
+
+def test_library_repeat_is_let_through_again_after_the_window() -> None:
+    repeat_filter = LibraryRepeatFilter(window_s=0.0)
+    assert repeat_filter.filter(_kafka_record("kafka.conn", "connect to %s failed"))
+    assert repeat_filter.filter(_kafka_record("kafka.conn", "connect to %s failed"))
