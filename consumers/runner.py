@@ -623,6 +623,9 @@ def _disconnection_reason(consumer: Consumer) -> str | None:
     try:
         if coordinator.coordinator_unknown():
             return "the group coordinator is unreachable (broker down or restarting?)"
+        # Until the member is stable in a generation it owns no partitions and learns nothing.
+        if coordinator.generation_if_stable() is None:
+            return "joining the consumer group (rebalance in progress)"
     except Exception as exc:
         return f"cannot tell the connection state: {exc!r}"
     return None

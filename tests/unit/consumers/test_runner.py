@@ -13,7 +13,7 @@ import pytest
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine
 from consumers.events import Record
-from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.runner import ConsumerRunner, RunnerSettings, _disconnection_reason
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.fakes import FakeConsumer, FakeProducer
 
@@ -190,3 +190,35 @@ def test_settings_validation() -> None:
     producer = config.kafka_producer_config()
     assert producer["security_protocol"] == "SASL_SSL" and producer["sasl_plain_password"] == "p"
     assert producer["acks"] == "all" and "group_id" not in producer
+
+
+class _Coordinator:
+    def __init__(self, *, known: bool, generation: object | None) -> None:
+        self._known = known
+        self._generation = generation
+
+    def coordinator_unknown(self) -> bool:
+        return not self._known
+
+    def generation_if_stable(self) -> object | None:
+        return self._generation
+
+
+class _ClientWithCoordinator:
+    def __init__(self, coordinator: _Coordinator) -> None:
+        self._coordinator = coordinator
+
+
+@pytest.mark.parametrize(
+    ("known", "generation", "expected"),
+    [
+        (False, None, "the group coordinator is unreachable (broker down or restarting?)"),
+        (True, None, "joining the consumer group (rebalance in progress)"),
+        (True, object(), None),
+    ],
+)
+def test_readiness_needs_a_reachable_coordinator_and_a_stable_group(
+    known: bool, generation: object | None, expected: str | None
+) -> None:
+    client = _ClientWithCoordinator(_Coordinator(known=known, generation=generation))
+    assert _disconnection_reason(client) == expected
