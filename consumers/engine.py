@@ -46,6 +46,7 @@ from learning import (
     BoundStatus,
     BoundTracker,
     Encoder,
+    LinearLearner,
     MarginEstimate,
     MulticlassPerceptron,
     Perceptron,
@@ -54,7 +55,6 @@ from learning import (
     dump_state,
     load_state,
 )
-from learning._base import LinearLearner
 
 logger = logging.getLogger(__name__)
 

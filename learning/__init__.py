@@ -3,6 +3,7 @@
 Everything other packages use is importable from here (see ``docs/DESIGN.md``).
 """
 
+from learning._base import LinearLearner
 from learning.bounds import (
     BoundStatus,
     BoundTracker,
@@ -41,6 +42,7 @@ __all__ = [
     "HashingEncoder",
     "LabelError",
     "LabelMap",
+    "LinearLearner",
     "MarginEstimate",
     "MulticlassPerceptron",
     "Perceptron",

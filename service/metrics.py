@@ -60,7 +60,7 @@ REFERENCE_GAUGES = (
     (
         "k",
         "novikoff_bound_k",
-        "Cumulative hinge deficit k at the minimising gamma for a reference separator.",
+        "Events whose margin under the reference is below the minimising gamma (k).",
     ),
     (
         "min_margin",

@@ -53,7 +53,7 @@ class BoundEntry(_Open):
 
     name: str = Field(description="Reference name from the config.")
     gamma: float | None = Field(description="The gamma that minimises the bound.")
-    k: float | None = Field(description="Cumulative hinge deficit at that gamma.")
+    k: int | None = Field(description="Events so far with margin below gamma under the reference.")
     bound: float | None = Field(description="(R/gamma)^2 + k(1 + 2R/gamma).")
 
 

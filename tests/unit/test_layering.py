@@ -47,12 +47,17 @@ def imported_modules(path: Path) -> set[str]:
     return modules
 
 
-def test_service_uses_consumers_and_learning_through_public_modules() -> None:
-    for path in sorted((ROOT / "service").rglob("*.py")):
+@pytest.mark.parametrize(
+    ("package", "lower"), [("service", {"consumers", "learning"}), ("consumers", {"learning"})]
+)
+def test_packages_use_the_layers_below_through_public_modules(
+    package: str, lower: set[str]
+) -> None:
+    for path in sorted((ROOT / package).rglob("*.py")):
         private = {
             module
             for module in imported_modules(path)
-            if module.split(".")[0] in {"consumers", "learning"}
+            if module.split(".")[0] in lower
             and any(part.startswith("_") for part in module.split(".")[1:])
         }
         assert not private, f"{path.relative_to(ROOT)} imports private modules {sorted(private)}"
