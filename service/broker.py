@@ -101,8 +101,14 @@ class EmbeddedBroker:
         }
         log = self._log_path.open("ab") if self._log_path else nullcontext(subprocess.DEVNULL)
         with log as output:
+            # A session of its own: Ctrl-C in a terminal signals the whole foreground process
+            # group, and the broker must outlive the service's final checkpoint and commit.
             self._proc = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, env=environment
+                command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                start_new_session=True,
             )
         wait_for_port(LOOPBACK, self.port)
         logger.info("embedded Tansu broker on %s (log: %s)", self.bootstrap, self._log_path)
