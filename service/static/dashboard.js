@@ -105,7 +105,7 @@
     }
     const margin = stats.margin_estimate || {};
     setStat("margin_estimate", margin.value, formatNumber(margin.value));
-    $("#margin-window").textContent = margin.window ? `over the last ${formatNumber(margin.window)} events` : "";
+    $("#margin-window").textContent = margin.window ? `over the last ${formatNumber(margin.window)} events (diagnostic, not a certificate)` : "";
     renderReferences(stats);
     renderInvalidReasons(stats.invalid || {});
     renderPartitions(stats.partitions || []);
