@@ -45,7 +45,7 @@ from kafka import (
 from consumers.checkpoint import CheckpointStore
 from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
 from consumers.engine import Engine, PartitionKey
-from consumers.events import DecodedBatch, SourceRecord
+from consumers.events import DecodedBatch, Rejection, SourceRecord
 
 logger = logging.getLogger(__name__)
 
@@ -448,6 +448,8 @@ class ConsumerRunner:
             )
             self._dead_letters.reset()
             return cut
+        for rejection in batch.rejections:
+            _log_dead_letter(rejection)
         return {}
 
     # -- checkpoints and commits ----------------------------------------------------------------
@@ -471,7 +473,18 @@ class ConsumerRunner:
             return False
         self._applied_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
-        logger.debug("checkpoint %s (%s) in %.3fs", report.sequence, why, report.seconds)
+        logger.info(
+            "checkpoint %s written (%s) in %.3fs",
+            report.sequence,
+            why,
+            report.seconds,
+            extra={
+                "checkpoint": report.sequence,
+                "trigger": why,
+                "bytes": report.size_bytes,
+                "next_offsets": {f"{t}/{p}": o for (t, p), o in sorted(report.offsets.items())},
+            },
+        )
         if commit:
             self._commit(report.offsets, blocking=blocking_commit)
         return True
@@ -613,6 +626,24 @@ class ConsumerRunner:
             consumer.close(autocommit=False, timeout_ms=timeout_ms)
         except Exception as exc:
             logger.warning("consumer did not close cleanly: %r", exc)
+
+
+def _log_dead_letter(rejection: Rejection) -> None:
+    """One structured line per dead-lettered event: its reason and original coordinates."""
+    logger.warning(
+        "event dead-lettered (%s) from %s/%d@%d: %s",
+        rejection.reason,
+        rejection.topic,
+        rejection.partition,
+        rejection.offset,
+        rejection.message,
+        extra={
+            "reason": rejection.reason,
+            "source_topic": rejection.topic,
+            "source_partition": rejection.partition,
+            "source_offset": rejection.offset,
+        },
+    )
 
 
 def _disconnection_reason(consumer: Consumer) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -222,3 +223,25 @@ def test_readiness_needs_a_reachable_coordinator_and_a_stable_group(
 ) -> None:
     client = _ClientWithCoordinator(_Coordinator(known=known, generation=generation))
     assert _disconnection_reason(client) == expected
+
+
+def test_notable_events_get_one_structured_line_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = [ev(1.0, 1), b"junk", ev(2.0, -1), b"[1]", *[ev(1.0, 1)] * 20]
+    consumer = FakeConsumer({("t", 0): log})
+    engine = new_engine()
+    caplog.set_level(logging.INFO, logger="consumers.runner")
+    runner = start(engine, CheckpointStore(tmp_path), consumer)
+    wait_until(lambda: engine.next_offset("t", 0) == len(log))
+    assert runner.stop(timeout=TIMEOUT_S)
+    dead = [r for r in caplog.records if r.getMessage().startswith("event dead-lettered")]
+    assert [(r.reason, r.source_partition, r.source_offset) for r in dead] == [  # type: ignore[attr-defined]
+        ("not_json", 0, 1),
+        ("not_object", 0, 3),
+    ]
+    written = [r for r in caplog.records if " written (" in r.getMessage()]
+    assert written, "the final checkpoint is logged"
+    assert written[-1].next_offsets == {"t/0": len(log)}  # type: ignore[attr-defined]
+    # Valid events never get a line of their own.
+    assert len(caplog.records) < len(log)
