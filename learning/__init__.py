@@ -4,6 +4,7 @@ Everything other packages use is importable from here (see ``docs/DESIGN.md``).
 """
 
 from learning._base import LinearLearner
+from learning.averaged import AveragedPerceptron
 from learning.bounds import (
     BoundStatus,
     BoundTracker,
@@ -22,10 +23,11 @@ from learning.encoders import (
 from learning.errors import FEATURE_ERROR_CODES, FeatureError, LabelError, StateError
 from learning.labels import ClassIndex, LabelMap
 from learning.multiclass import MulticlassPerceptron
-from learning.perceptron import AveragedPerceptron, Perceptron, VotedPerceptron
+from learning.perceptron import Perceptron
 from learning.predictor import PREDICTORS, BatchResult, Predictor
 from learning.state import dump_state, load_state
 from learning.training import EpochReport, fit_epochs
+from learning.voted import VotedPerceptron
 
 __all__ = [
     "FEATURE_ERROR_CODES",

@@ -32,12 +32,14 @@ from numpy.typing import NDArray
 
 from learning._arrays import LinearState
 from learning._base import LinearLearner
+from learning.averaged import AveragedPerceptron
 from learning.bounds import BoundTracker
 from learning.encoders import encoder_from_state
 from learning.errors import StateError
 from learning.labels import ClassIndex, LabelMap
 from learning.multiclass import MulticlassPerceptron
-from learning.perceptron import AveragedPerceptron, Perceptron, VotedPerceptron
+from learning.perceptron import Perceptron
+from learning.voted import VotedPerceptron
 
 logger = logging.getLogger(__name__)
 
