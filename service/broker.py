@@ -118,12 +118,7 @@ class EmbeddedBroker:
         """Stop the broker (terminate, then kill after a timeout)."""
         if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        terminate_process(self._proc, STOP_TIMEOUT_S)
         self._proc = None
 
     def __enter__(self) -> EmbeddedBroker:
@@ -131,6 +126,16 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def terminate_process(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """SIGTERM ``proc``, SIGKILL it if it has not exited within ``timeout_s``; its exit code."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 @contextmanager

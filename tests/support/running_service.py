@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from service.broker import terminate_process
 from service.synthetic import SyntheticStream
 from tests.support.broker import free_port
 
@@ -188,12 +188,7 @@ class RunningService:
             self._client = None
         if self._proc is None:
             return
-        self._proc.send_signal(signal.SIGTERM)
-        try:
-            self._proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        terminate_process(self._proc, STOP_TIMEOUT_S)
         self._proc = None
 
     def __enter__(self) -> RunningService:
