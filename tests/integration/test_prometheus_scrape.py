@@ -43,8 +43,7 @@ STREAM = Stream(dim=4, seed=23, count=2_000, noise=0.05, malformed=0.02)
 
 def tool(name: str) -> str:
     path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (scripts/system-deps.sh installs it)")
+    assert path is not None, f"{name} is not installed (`make system-deps` installs it)"
     return path
 
 

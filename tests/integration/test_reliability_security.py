@@ -556,7 +556,6 @@ def make_certificates(directory: Path) -> dict[str, Path]:
     }
 
 
-@pytest.mark.skipif(not Path("/usr/bin/openssl").exists(), reason="needs the openssl command")
 def test_tls_settings_reach_the_wire(
     kafka_bootstrap: str, topic_name: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
