@@ -21,7 +21,9 @@ from typing import Any
 import httpx
 
 from service.broker import terminate_process
+from service.settings import load_settings
 from service.synthetic import SyntheticStream
+from service.topics import ensure_topics
 from tests.support.broker import free_port
 
 READY_TIMEOUT_S = 60.0
@@ -125,6 +127,10 @@ class RunningService:
         return env
 
     def start(self) -> RunningService:
+        # Topics first: a broker may auto-create a topic on the consumer's first metadata request,
+        # with its own default partition count instead of the one partition the stream asks for.
+        kafka = load_settings(kafka={"bootstrap_servers": self.bootstrap}).kafka
+        ensure_topics(kafka, [self.topic, f"{self.topic}.dlq"])
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
         self._proc = subprocess.Popen(
             novikoff_command("serve"),
