@@ -76,8 +76,7 @@ READ_PAGE = """(() => {
 @pytest.fixture(scope="module")
 def browser(artifacts_dir: Path) -> Iterator[Chromium]:
     binary = chromium_binary()
-    if binary is None:
-        pytest.skip("chromium is not installed (scripts/system-deps.sh installs it)")
+    assert binary is not None, "chromium is not installed (`make system-deps` installs it)"
     with Chromium(binary, log_path=artifacts_dir / "chromium.log") as running:
         yield running
 
