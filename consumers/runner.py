@@ -516,6 +516,9 @@ class ConsumerRunner:
     # -- rebalances (called on kafka-python's IO thread, while poll()/close() blocks) -----------
 
     def _on_revoked(self, partitions: Any, *, lost: bool) -> None:
+        if not partitions:
+            # A first join "revokes" the empty assignment: nothing was applied, nothing to say.
+            return
         names = _partition_names(partitions)
         logger.info("partitions %s %s; checkpointing", names, "lost" if lost else "revoked")
         if self._applied_since_checkpoint:
