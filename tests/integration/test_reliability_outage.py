@@ -30,7 +30,14 @@ from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.broker import TansuBroker, external_bootstrap, free_port
 from tests.support.faults import ConfiguredStream, FaultyService, offline_expectation, served_model
-from tests.support.ledger import EventPlan, Ledger, publish, read_dead_letters, record_figures
+from tests.support.ledger import (
+    EventPlan,
+    Ledger,
+    Produced,
+    publish,
+    read_dead_letters,
+    record_figures,
+)
 from tests.support.proxy import FaultProxy
 
 pytestmark = [
@@ -137,6 +144,17 @@ def make_service(tmp_path: Path, bootstrap: str, topic: str) -> FaultyService:
     )
 
 
+def service_with_first_events(
+    outage: CutBroker, topic: str, tmp_path: Path
+) -> tuple[FaultyService, EventPlan, list[Produced]]:
+    """A (not yet started) service on a one-partition topic holding FIRST_EVENTS valid events."""
+    settings = load_settings(kafka={"bootstrap_servers": outage.bootstrap})
+    ensure_topics(settings.kafka, [topic, f"{topic}.dlq"], partitions=1)
+    service = make_service(tmp_path, outage.bootstrap, topic)
+    plan = EventPlan(service.stream.synthetic(), partitions=1)  # type: ignore[attr-defined]
+    return service, plan, publish(outage.bootstrap, topic, plan.valid(FIRST_EVENTS))
+
+
 def reconnects(log: str) -> int:
     return len(re.findall(r"consumer created for topic", log))
 
@@ -144,11 +162,8 @@ def reconnects(log: str) -> int:
 def test_a_broker_outage_keeps_predictions_up_and_recovers_by_itself(
     outage: CutBroker, topic_name: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
-    settings = load_settings(kafka={"bootstrap_servers": outage.bootstrap})
-    ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
-    service = make_service(tmp_path, outage.bootstrap, topic_name)
-    plan = EventPlan(service.stream.synthetic(), partitions=1)  # type: ignore[attr-defined]
-    ledger = Ledger(topic_name, publish(outage.bootstrap, topic_name, plan.valid(FIRST_EVENTS)))
+    service, plan, produced = service_with_first_events(outage, topic_name, tmp_path)
+    ledger = Ledger(topic_name, produced)
     probe = Probe(service.base_url)
     try:
         service.start()
@@ -219,11 +234,7 @@ def test_a_broker_outage_keeps_predictions_up_and_recovers_by_itself(
 def test_sigterm_during_an_outage_still_stops_in_time_with_a_checkpoint(
     outage: CutBroker, topic_name: str, tmp_path: Path
 ) -> None:
-    settings = load_settings(kafka={"bootstrap_servers": outage.bootstrap})
-    ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
-    service = make_service(tmp_path, outage.bootstrap, topic_name)
-    plan = EventPlan(service.stream.synthetic(), partitions=1)  # type: ignore[attr-defined]
-    publish(outage.bootstrap, topic_name, plan.valid(FIRST_EVENTS))
+    service, _, _ = service_with_first_events(outage, topic_name, tmp_path)
     try:
         service.start()
         service.wait_for("drained", lambda s: s["seen"] == FIRST_EVENTS, DRAIN_TIMEOUT_S)
@@ -242,11 +253,7 @@ def test_the_service_starts_while_the_broker_is_away(
     outage: CutBroker, topic_name: str, tmp_path: Path
 ) -> None:
     """Serving does not wait for Kafka: /healthz and /predict answer, /readyz says why not."""
-    settings = load_settings(kafka={"bootstrap_servers": outage.bootstrap})
-    ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
-    service = make_service(tmp_path, outage.bootstrap, topic_name)
-    plan = EventPlan(service.stream.synthetic(), partitions=1)  # type: ignore[attr-defined]
-    publish(outage.bootstrap, topic_name, plan.valid(FIRST_EVENTS))
+    service, _, _ = service_with_first_events(outage, topic_name, tmp_path)
     outage.proxy.cut()
     try:
         service.start(wait_ready=False)
