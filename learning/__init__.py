@@ -25,6 +25,7 @@ from learning.labels import ClassIndex, LabelMap
 from learning.multiclass import MulticlassPerceptron
 from learning.perceptron import Perceptron
 from learning.predictor import PREDICTORS, BatchResult, Predictor
+from learning.sparse import CSRBatch
 from learning.state import dump_state, load_state
 from learning.training import EpochReport, fit_epochs
 from learning.voted import VotedPerceptron
@@ -36,6 +37,7 @@ __all__ = [
     "BatchResult",
     "BoundStatus",
     "BoundTracker",
+    "CSRBatch",
     "ClassIndex",
     "DenseEncoder",
     "Encoder",
