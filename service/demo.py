@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from service.assembly import build_service
-from service.broker import kafka_bootstrap
+from service.broker import external_bootstrap, kafka_bootstrap
 from service.logs import configure_logging
 from service.produce import KafkaSink, pump
 from service.settings import Settings, load_settings
@@ -36,6 +36,14 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXAMPLE_FEATURE = 0.5
 """The feature value of the example ``curl`` request the demo prints."""
+TANSU_GROUP_TIMING: dict[str, object] = {
+    "session_timeout_ms": 6_000,
+    "heartbeat_interval_ms": 1_000,
+    "max_poll_interval_ms": 10_000,
+}
+"""The embedded Tansu broker's profile: Tansu joins a group in about max_poll_interval_ms / 13, so
+Kafka's five-minute default would hold the demo's first join for ~23 s. Applied only to the
+embedded broker and only to keys the configuration leaves unset."""
 
 
 @dataclass(frozen=True)
@@ -54,14 +62,29 @@ class DemoOptions:
     state_dir: Path | None
 
 
-def demo_settings(options: DemoOptions, bootstrap: str, state_dir: Path) -> Settings:
-    """The config file's settings, with the demo's broker, model shape and reference."""
+def demo_settings(
+    options: DemoOptions, bootstrap: str, state_dir: Path, *, embedded: bool = True
+) -> Settings:
+    """The config file's settings, with the demo's broker, model shape and reference.
+
+    ``embedded`` (the demo's own Tansu broker) adds :data:`TANSU_GROUP_TIMING` where the
+    configuration sets no group timing of its own.
+    """
     stream = _stream(options)
     base = load_settings(options.config)
     http = {"port": options.port} if options.port is not None else {}
+    profile = (
+        {
+            key: value
+            for key, value in TANSU_GROUP_TIMING.items()
+            if key not in base.kafka.model_fields_set
+        }
+        if embedded
+        else {}
+    )
     return load_settings(
         options.config,
-        kafka={**_section(base, "kafka"), "bootstrap_servers": bootstrap},
+        kafka={**_section(base, "kafka"), **profile, "bootstrap_servers": bootstrap},
         model={
             **_section(base, "model"),
             "variant": "binary",
@@ -105,7 +128,9 @@ def run_demo(options: DemoOptions) -> int:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="novikoff-")))
             state_dir = options.state_dir or workdir / "state"
             bootstrap = stack.enter_context(kafka_bootstrap(workdir / BROKER_LOG_NAME))
-            settings = demo_settings(options, bootstrap, state_dir)
+            settings = demo_settings(
+                options, bootstrap, state_dir, embedded=external_bootstrap() is None
+            )
             configure_logging(settings.logging)
             ensure_topics(settings.kafka, [settings.kafka.topic, settings.kafka.dead_letter_topic])
             service = build_service(settings)

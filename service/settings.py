@@ -44,10 +44,13 @@ ENV_PREFIX = "NOVIKOFF_"
 ENV_NESTED_DELIMITER = "__"
 BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
 
-# Tansu joins a consumer group in ~(rebalance timeout)/13; these keep a join at ~3 s.
-DEFAULT_SESSION_TIMEOUT_MS = 6_000
-DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
-DEFAULT_MAX_POLL_INTERVAL_MS = 10_000
+# Group timing: Apache Kafka's own consumer defaults (KIP-735 raised the session timeout to 45 s).
+# A member is declared dead after a session timeout without heartbeats, so this bounds how long a
+# crashed instance holds its partitions; heartbeats go at a third of it (Kafka's rule of thumb);
+# the poll interval bounds one poll-learn-checkpoint cycle before the member is presumed stuck.
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 DEFAULT_MAX_POLL_RECORDS = 2_000
 DEFAULT_POLL_TIMEOUT_MS = 200
 

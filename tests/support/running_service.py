@@ -31,6 +31,14 @@ DRAIN_TIMEOUT_S = 90.0
 PRODUCE_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 0.2
+TEST_GROUP_TIMING = {
+    "NOVIKOFF_KAFKA__SESSION_TIMEOUT_MS": "6000",
+    "NOVIKOFF_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
+    "NOVIKOFF_KAFKA__MAX_POLL_INTERVAL_MS": "30000",
+}
+"""Group timing of the services the tests run: a killed instance leaves its group within 6 s (the
+broker's smallest allowed session timeout), so a restart in the same group does not wait out the
+45 s production default."""
 
 
 def novikoff_command(*args: str) -> list[str]:
@@ -122,6 +130,7 @@ class RunningService:
                 "NOVIKOFF_HTTP__HOST": "127.0.0.1",
                 "NOVIKOFF_HTTP__PORT": str(self.port),
                 "NOVIKOFF_CHECKPOINT__PATH": str(self.workdir / "state"),
+                **TEST_GROUP_TIMING,
             }
         )
         return env
