@@ -20,6 +20,10 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
+class ResultMismatchError(AssertionError):
+    """A benchmark's own correctness check failed: its figure measures the wrong work."""
+
+
 @dataclass(frozen=True)
 class BenchRecord:
     """One benchmark measurement against a reference measured in the same run.

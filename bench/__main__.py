@@ -1,6 +1,10 @@
 """Run every benchmark module, print a table and write ``bench/results.json``.
 
 Usage: ``python -m bench [--quick] [--only SUBSTRING] [--output PATH]``.
+
+Exits 1 when a ratio misses its bar or a benchmark module fails, which includes a correctness
+check inside a benchmark (:class:`bench.ResultMismatchError`: the measured code computed the
+wrong result).
 """
 
 from __future__ import annotations
@@ -110,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     missed = [r.name for r in records if r.meets_bar is False]
     if missed:
         print(f"below the bar: {', '.join(missed)}", file=sys.stderr)
-    return 1 if failures else 0
+    if failures:
+        print(f"failed (error or wrong result): {', '.join(failures)}", file=sys.stderr)
+    return 1 if failures or missed else 0
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from bench import BenchRecord
+from bench import BenchRecord, ResultMismatchError
 from consumers.checkpoint import CheckpointStore
 from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
 from service.assembly import build_service, runner_settings
@@ -223,7 +223,9 @@ def run(quick: bool = False) -> list[BenchRecord]:
                 runs["ours"].append(ours_rate)
                 best = {"bare": max(best["bare"], bare_rate), "ours": max(best["ours"], ours_rate)}
     if details.get("seen") != count or details.get("metrics_events_learned_total") != count:
-        logger.error("the service did not learn exactly the %d events: %s", count, details)
+        raise ResultMismatchError(
+            f"the service did not learn exactly the {count} events: {details}"
+        )
     return [
         BenchRecord(
             "e2e_vs_raw_consumer",

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 from river import linear_model
 
-from bench import BenchRecord, best_time
+from bench import BenchRecord, ResultMismatchError, best_time
 from learning import DenseEncoder, LabelMap, Perceptron, VocabularyEncoder
 
 logger = logging.getLogger(__name__)
@@ -159,8 +159,11 @@ def bench_dimension(dimension: int, n: int) -> list[BenchRecord]:
     river_short_seconds, _ = river_run(short)
     same_updates = model.n_updates == numpy_updates
     same_weights = bool(np.array_equal(model.weights, numpy_weights))
-    if not same_updates:
-        logger.error("d=%d: ours %d updates, numpy %d", dimension, model.n_updates, numpy_updates)
+    if not (same_updates and same_weights):
+        raise ResultMismatchError(
+            f"d={dimension}: ours {model.n_updates} updates, numpy {numpy_updates}; "
+            f"same weights: {same_weights}"
+        )
     details: dict[str, Any] = {
         "events": n,
         "path": "learn_batch over a decoded batch, last + averaged counted",

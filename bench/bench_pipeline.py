@@ -36,7 +36,7 @@ import orjson
 from kafka.consumer.fetcher import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
-from bench import BenchRecord
+from bench import BenchRecord, ResultMismatchError
 from consumers.engine import Engine
 from learning import BoundTracker
 from service.metrics import Metrics
@@ -153,13 +153,9 @@ def bench_dimension(dimension: int, count: int, repeats: int) -> BenchRecord:
     offline.learn_batch(stream.augment(X), y)
     same_weights = bool(np.array_equal(offline.weights, snapshot.predictor.weights))
     if snapshot.seen != count or not same_weights or learned != count:
-        logger.error(
-            "d=%d: pipeline learned %d of %d events (metrics say %s); weights equal offline: %s",
-            dimension,
-            snapshot.seen,
-            count,
-            learned,
-            same_weights,
+        raise ResultMismatchError(
+            f"d={dimension}: pipeline learned {snapshot.seen} of {count} events "
+            f"(metrics say {learned}); weights equal offline: {same_weights}"
         )
     details: dict[str, Any] = {
         "events": count,

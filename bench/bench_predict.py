@@ -48,7 +48,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
-from bench import BenchRecord
+from bench import BenchRecord, ResultMismatchError
 from consumers.engine import Engine
 from consumers.events import Record
 from service.app import create_app
@@ -250,7 +250,7 @@ def check_same_prediction(our_url: str, base_url: str, body: bytes) -> dict[str,
         ours["score"], base["score"], rel_tol=1e-12, abs_tol=1e-12
     )
     if not same:
-        logger.error("the two apps disagree: ours %s, baseline %s", ours, base)
+        raise ResultMismatchError(f"the two apps disagree: ours {ours}, baseline {base}")
     return {"ours": ours, "baseline": base, "same": same}
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from bench import BenchRecord
+import bench.__main__ as bench_main
+from bench import BenchRecord, ResultMismatchError
 from bench.__main__ import discover, main, print_table
 
 
@@ -32,3 +35,31 @@ def test_table_and_results_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["--only", "no_such_module", "--output", str(output)]) == 0
     payload = json.loads(output.read_text())
     assert payload["results"] == [] and "machine" in payload
+
+
+def _fake_module(monkeypatch: pytest.MonkeyPatch, run: object) -> None:
+    module = types.ModuleType("bench.bench_fake")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.bench_fake", module)
+    monkeypatch.setattr(bench_main, "discover", lambda: ["bench.bench_fake"])
+
+
+@pytest.mark.parametrize(("ratio", "status"), [(2.0, 0), (0.5, 1)])
+def test_a_ratio_below_its_bar_fails_the_run(
+    ratio: float, status: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = BenchRecord("fake_vs_reference", ratio, 1.0, "events/s", bar=1.0)
+    _fake_module(monkeypatch, lambda quick=False: [record])
+    assert main(["--output", str(tmp_path / "results.json")]) == status
+
+
+def test_a_failed_correctness_check_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run(quick: bool = False) -> list[BenchRecord]:
+        raise ResultMismatchError("learned 9 of 10 events")
+
+    _fake_module(monkeypatch, run)
+    output = tmp_path / "results.json"
+    assert main(["--output", str(output)]) == 1
+    assert json.loads(output.read_text())["failed_modules"] == ["bench.bench_fake"]
