@@ -216,7 +216,7 @@ class CheckpointStore:
                 payload = self._read_verified(path, sequence)
             except CheckpointError as exc:
                 skipped.append(SkippedCheckpoint(path=path, reason=str(exc)))
-                self._quarantine(path, str(exc))
+                self.quarantine(path, str(exc))
                 continue
             except OSError as exc:
                 skipped.append(SkippedCheckpoint(path=path, reason=str(exc)))
@@ -311,7 +311,12 @@ class CheckpointStore:
             data = handle.read()
         return unframe(data, expected_sequence=sequence)
 
-    def _quarantine(self, path: Path, reason: str) -> None:
+    def quarantine(self, path: Path, reason: str) -> None:
+        """Move a checkpoint file aside as ``*.corrupt`` (kept, never pruned) with an ERROR.
+
+        For files that fail verification here, and for verified files whose content the caller
+        refuses (``learning.load_state`` raising), so a refused file is never tried again.
+        """
         target = path.with_name(path.name + CORRUPT_SUFFIX)
         logger.error(
             "checkpoint %s is damaged (%s); moved aside as %s, trying the previous one",

@@ -612,8 +612,8 @@ class Engine:
         """Load the newest usable checkpoint from ``store`` (falling back to older ones).
 
         A checkpoint whose bytes verify but whose content ``learning.load_state`` refuses is
-        skipped like a damaged one. With none usable, the engine keeps its fresh model and says
-        so (WARNING). A checkpoint of another model shape raises
+        skipped and moved aside like a damaged one. With none usable, the engine keeps its fresh
+        model and says so (WARNING). A checkpoint of another model shape raises
         :class:`IncompatibleCheckpointError`: silently dropping a trained model would be worse.
         """
         skipped: list[SkippedCheckpoint] = []
@@ -624,12 +624,9 @@ class Engine:
                 self._check_compatible(learner, tracker)
                 partitions, invalid = _partitions_from(extra)
             except (StateError, KeyError, TypeError, ValueError) as exc:
-                logger.error(
-                    "checkpoint %s cannot be loaded (%s); trying the previous one",
-                    loaded.path.name,
-                    exc,
-                )
-                skipped.append(SkippedCheckpoint(path=loaded.path, reason=str(exc)))
+                reason = f"cannot be loaded: {exc}"
+                store.quarantine(loaded.path, reason)
+                skipped.append(SkippedCheckpoint(path=loaded.path, reason=reason))
                 continue
             assert tracker is not None
             with self._lock:

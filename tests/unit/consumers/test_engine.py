@@ -176,6 +176,11 @@ def test_restore_skips_a_checkpoint_whose_content_is_refused(
         report = other.restore(store)
     assert report.restored and other.snapshot.seen == 1
     assert len(report.skipped) == 1 and "cannot be loaded" in caplog.text
+    refused = report.skipped[0].path
+    assert not refused.exists(), "the refused file is moved aside"
+    assert refused.with_name(refused.name + ".corrupt").exists()
+    assert len(store.files()) == 1, "only the good checkpoint is left to try"
+    assert other.restore(store).skipped == (), "the refused file is not tried again"
 
 
 def test_restore_without_checkpoint_says_so(
