@@ -3,8 +3,9 @@
 A 50,000-record stream (valid events plus a sprinkling of poison) is published first; the service
 then consumes it and is killed with SIGKILL three times, each time after at least 20% more of the
 stream than at the previous kill, at seeded random points (the seed is in every failure message;
-``NOVIKOFF_FAULT_SEED`` replays one). Checkpoints come every two polls, so most kills land
-between checkpoints and the restart must re-apply the records after the last one.
+``NOVIKOFF_FAULT_SEED`` replays one). Checkpoints come every two polls, and each kill is
+made at a moment when the service has learned events its newest checkpoint lacks (the process is
+frozen while the test compares them), so every restart must re-apply records, exactly once.
 
 What must hold after the last restart drains the stream:
 
@@ -146,12 +147,13 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
             )
             time.sleep(delay)
             at = handled(service.stats())
-            service.kill()
+            learned, checkpointed = service.kill_past_checkpoint()
             assert at < EVENTS, f"{context}: kill {number} came after the stream ended"
             service.start()
             restored = restored_seen(service.log_text)
-            assert restored <= at, f"{context}: restored ahead of where it was killed"
-            kills.append((at, restored))
+            assert restored == checkpointed, f"{context}: restored another checkpoint"
+            assert restored < learned, f"{context}: kill {number} forced no replay"
+            kills.append((learned, restored))
             previous = at
         ledger = Ledger(topic_name, publisher.join())
         assert len(ledger.records) == EVENTS
@@ -180,7 +182,10 @@ def test_sigkill_three_times_loses_nothing_and_applies_nothing_twice(
             dead_lettered=report.dead_lettered,
             repeated_dead_letters=report.duplicate_dead_letters,
             missing=len(report.missing),
-            kills=[{"handled_at_kill": at, "restored_seen": seen} for at, seen in kills],
+            kills=[
+                {"learned_at_kill": at, "restored_seen": seen, "replayed_at_least": at - seen}
+                for at, seen in kills
+            ],
             torn_checkpoint_files_cleaned=service.all_logs.count("removing incomplete checkpoint"),
             bit_identical=partitions == 1,
             seconds=round(time.monotonic() - started, 1),

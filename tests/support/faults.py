@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from consumers.checkpoint import unframe
 from learning import load_state
@@ -129,6 +130,27 @@ class FaultyService(RunningService):
         self._proc.wait()
         self._proc = None
 
+    def kill_past_checkpoint(self, poll_s: float = 0.01) -> tuple[int, int]:
+        """SIGKILL at a moment when the service has learned events its newest checkpoint lacks.
+
+        The process is frozen (SIGSTOP) between reading ``/stats`` and reading its newest
+        checkpoint from disk, so no batch or checkpoint can slip in between: when the checkpoint
+        holds fewer events than ``/stats`` showed, the kill is certain to lose work that the
+        restart must re-read. Returns (events learned at the kill, at least; events in the newest
+        checkpoint).
+        """
+        state = self.workdir / "state"
+        while True:
+            learned = int(self.stats()["seen"])
+            os.kill(self.pid, signal.SIGSTOP)
+            on_disk = checkpoints_on_disk(state) if state.exists() else []
+            newest = on_disk[0].seen if on_disk else 0
+            if newest < learned:
+                self.kill()
+                return learned, newest
+            os.kill(self.pid, signal.SIGCONT)
+            time.sleep(poll_s)
+
     def terminate(self, timeout_s: float) -> tuple[int, float]:
         """SIGTERM; the exit code and how long the process took to exit."""
         if self._proc is None:
@@ -167,6 +189,18 @@ class FaultyService(RunningService):
         raise TimeoutError(f"not {what} after {timeout_s}s: {stats}; see {self.logs[-1]}")
 
 
+PROBE_COUNT = 32
+PROBE_SEED = 20261130
+
+
+def probes(dim: int) -> list[list[float]]:
+    """Fixed points on which the voted predictor's scores are compared (its voters are state
+    that ``/model`` does not list, so equal votes on many points stand in for equal voters)."""
+    rng = np.random.default_rng(PROBE_SEED)
+    points: list[list[float]] = rng.standard_normal((PROBE_COUNT, dim)).tolist()
+    return points
+
+
 def offline_expectation(stream: Stream, X: Any, y: Any) -> dict[str, Any]:
     """What an uninterrupted learner with the service's settings makes of ``(X, y)`` in order.
 
@@ -184,14 +218,26 @@ def offline_expectation(stream: Stream, X: Any, y: Any) -> dict[str, Any]:
     tracker.observe_batch(X, y, result)
     snapshot = learner.snapshot()
     status = tracker.status()[0]
+    _, voted_scores = learner.predict_batch(
+        learner.encoder.encode_batch(probes(stream.dim)), predictor="voted"
+    )
     return {
         "last": snapshot.weights.tolist(),
         "averaged": snapshot.averaged_weights.tolist(),
         "seen": learner.n_seen,
         "mistakes": learner.n_updates,
         "prequential": dict(learner.prequential_mistakes),
-        "bound": (status.name, status.bound, status.gamma, status.k),
+        "bound": (
+            status.name,
+            status.bound,
+            status.gamma,
+            status.k,
+            status.novikoff,
+            status.min_margin,
+        ),
         "radius": tracker.radius,
+        "voted": {"voters": learner.n_voters, "dropped_voters": learner.dropped_voters},
+        "voted_scores": np.asarray(voted_scores).tolist(),
     }
 
 
@@ -202,14 +248,29 @@ def served_model(service: RunningService) -> dict[str, Any]:
     response.raise_for_status()
     model = response.json()
     bound = stats["bounds"][0]
+    dim = len(model["weights"]["last"]) - 1
+    voted = httpx.post(
+        f"{service.base_url}/predict",
+        json={"instances": [{"features": p} for p in probes(dim)], "predictor": "voted"},
+    )
+    voted.raise_for_status()
     return {
         "last": model["weights"]["last"],
         "averaged": model["weights"]["averaged"],
         "seen": stats["seen"],
         "mistakes": stats["mistakes"],
         "prequential": stats["prequential_mistakes"],
-        "bound": (bound["name"], bound["bound"], bound["gamma"], bound["k"]),
+        "bound": (
+            bound["name"],
+            bound["bound"],
+            bound["gamma"],
+            bound["k"],
+            bound["novikoff"],
+            bound["min_margin"],
+        ),
         "radius": stats["radius"],
+        "voted": model["voted"],
+        "voted_scores": [p["score"] for p in voted.json()["predictions"]],
     }
 
 
