@@ -35,9 +35,11 @@ pytestmark = pytest.mark.integration
 
 EVENTS = 30_000
 STOP_AT = 10_000
-GATE = 15_000
-"""The publisher is held here until SIGTERM has landed, so the stream is still flowing then."""
 RATE = 5_000.0
+"""The publisher runs freely at this pace (6 s for the stream), so SIGTERM lands about 2 s in."""
+FLOW_WINDOW_S = 1.0
+"""Records must be acknowledged within this long before and after the signal: the stream was
+flowing when it landed (a chunk goes every 0.05 s at this pace)."""
 CHECKPOINT_TOML = "[checkpoint]\nevery_events = 1000000\nevery_seconds = 3600.0\n"
 DEADLINE_S = 15.0
 """``service.shutdown_deadline_seconds`` (its default)."""
@@ -75,15 +77,18 @@ def test_sigterm_mid_stream_checkpoints_commits_and_applies_nothing_twice(
     plan = EventPlan(stream.synthetic(), partitions=1)
     publisher = PacedPublisher(kafka_bootstrap, topic_name, plan.valid(EVENTS), RATE)
     try:
-        publisher.start().allow(GATE)
         service.start()
+        publisher.start().allow(EVENTS)
         service.wait_for("mid-stream", lambda s: s["seen"] >= STOP_AT, DRAIN_TIMEOUT_S)
+        signalled_at, sent_at_signal = time.monotonic(), publisher.sent
         code, elapsed = service.terminate(DEADLINE_S + 5.0)
         first_log = service.log_text
         assert code == 0, first_log
         assert elapsed < DEADLINE_S, f"took {elapsed:.1f}s to stop"
         assert "consumer stopped (final checkpoint written)" in first_log, first_log
-        assert publisher.sent <= GATE < EVENTS, "SIGTERM must land while the stream is flowing"
+        time.sleep(FLOW_WINDOW_S)
+        assert sent_at_signal < EVENTS, "SIGTERM landed after the stream ended"
+        assert publisher.flowing_at(signalled_at, FLOW_WINDOW_S), "the stream was not flowing"
 
         newest = checkpoints_on_disk(tmp_path / "state")[0]
         next_offset = newest.next_offsets[(topic_name, 0)]
@@ -108,6 +113,7 @@ def test_sigterm_mid_stream_checkpoints_commits_and_applies_nothing_twice(
             artifacts_dir,
             "sigterm",
             stopped_after_s=round(elapsed, 2),
+            published_at_signal=sent_at_signal,
             deadline_s=DEADLINE_S,
             checkpointed=newest.seen,
             committed=next_offset,

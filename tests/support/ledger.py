@@ -205,6 +205,7 @@ class PacedPublisher:
         self._sent = 0
         self._changed = threading.Condition()
         self._produced: list[Produced] = []
+        self._acks: list[tuple[float, int]] = []
         self._error: BaseException | None = None
         self._cancelled = False
         self._thread = threading.Thread(target=self._run, name="paced-publisher", daemon=True)
@@ -212,6 +213,13 @@ class PacedPublisher:
     @property
     def sent(self) -> int:
         return self._sent
+
+    def flowing_at(self, moment: float, within_s: float) -> bool:
+        """Whether records were acknowledged both in the ``within_s`` before ``moment``
+        (``time.monotonic()``) and in the ``within_s`` after it."""
+        before = any(moment - within_s <= at <= moment for at, _ in self._acks)
+        after = any(moment < at <= moment + within_s for at, _ in self._acks)
+        return before and after
 
     def allow(self, count: int) -> None:
         """Let the publisher go up to ``count`` records (never down)."""
@@ -264,6 +272,7 @@ class PacedPublisher:
                     for item, future in zip(batch, futures, strict=True)
                 )
                 self._sent = stop
+                self._acks.append((time.monotonic(), stop))
                 time.sleep(max(0.0, self._interval - (time.monotonic() - started)))
         except BaseException as exc:
             self._error = exc
