@@ -14,12 +14,9 @@ import json
 import os
 import select
 import socket
-import ssl
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +26,16 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from consumers.checkpoint import CheckpointError, CheckpointStore, frame
-from consumers.engine import Engine
+from consumers.engine import Engine, RestoreReport
 from consumers.events import Record
 from learning.state import DIGEST_SIZE, PREAMBLE
 from service.assembly import runner_settings
 from service.model import build_learner, build_tracker
 from service.settings import Settings, load_settings
 from service.topics import ensure_topics
-from tests.support.broker import free_port
 from tests.support.faults import ConfiguredStream, FaultyService
 from tests.support.ledger import Planned, publish, record_figures
+from tests.support.tls import Certificates, TlsListener, make_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -54,8 +51,29 @@ MAX_BATCH = 16
 MAX_FEATURES = 32
 HUGE_BODY_BYTES = 50 * 1024 * 1024
 CHUNK = 64 * 1024
-MAX_RSS_GROWTH_BYTES = 20 * 1024 * 1024
+SMALL_CHUNK = 4096
+"""The chunk size for counting how far past the limit a chunked body got before its 413."""
+LAST_PAYLOAD = b""
+"""The empty chunk ends a chunked body."""
+MAX_PEAK_RSS_GROWTH_BYTES = 4 * 1024 * 1024
+"""Peak resident growth allowed while refusing 50 MB bodies (measured: 0.2-0.8 MB); buffering
+one such body would need 50 MB."""
+RESET_PEAK_RSS = "5"
+"""Written to ``/proc/PID/clear_refs``: resets ``VmHWM`` to the current resident size."""
+RECV_BYTES = 65_536
+RAW_TIMEOUT_S = 10.0
 TLS_TIMEOUT_S = 30.0
+GOOD_SEEN = 100
+NEWER_SEEN = 150
+TLS_POLL_S = 0.1
+TEST_CA = "novikoff-test-ca"
+OTHER_CA = "another-ca"
+REFUSED_ATTEMPTS = 2
+"""Handshakes the client must abort: the first attempt and a reconnection after it."""
+UNKNOWN_CA_ALERT = "TLSV1_ALERT_UNKNOWN_CA"
+"""What the server sees when the client does not trust its certificate's issuer."""
+API_VERSIONS_KEY = b"\x00\x12"
+"""The api_key of ApiVersions (18), a Kafka client's first request, after the 4-byte size."""
 
 
 # -- a service with a vocabulary model and small limits -------------------------------------------
@@ -182,42 +200,89 @@ def test_no_endpoint_changes_state(vocabulary_service: FaultyService) -> None:
 # -- limits ---------------------------------------------------------------------------------------
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field_name: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field_name}:"):
             return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    raise AssertionError(f"no {field_name}")
 
 
-def raw_request(port: int, head: bytes, chunks: Iterator[bytes]) -> bytes:
-    """Send a request by hand, stop sending once the server answers or hangs up; the answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10.0) as sock:
+def reset_peak_rss(pid: int) -> None:
+    """Set the process's peak resident size (``VmHWM``) to its current one (proc(5), clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text(RESET_PEAK_RSS)
+
+
+@dataclass
+class RawExchange:
+    """One request written by hand: how many body bytes the client sent, and the answer."""
+
+    body_bytes_sent: int
+    answer: bytes
+
+    @property
+    def status_line(self) -> bytes:
+        return self.answer.split(b"\r\n", 1)[0]
+
+
+def read_head(sock: socket.socket) -> bytes:
+    """Read until the end of the response head (or until the server hangs up)."""
+    answer = b""
+    try:
+        while b"\r\n\r\n" not in answer:
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                break
+            answer += data
+    except OSError:
+        pass
+    return answer
+
+
+def flood(port: int, head: bytes, pieces: Iterator[bytes]) -> RawExchange:
+    """Send ``head`` then ``pieces`` until the server answers or hangs up; count what was sent.
+
+    The client keeps pushing body bytes while no answer is readable, so the server has every
+    chance to read (and buffer) the body: this is the memory test's load.
+    """
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=RAW_TIMEOUT_S) as sock:
         sock.sendall(head)
-        for chunk in chunks:
+        for piece in pieces:
             readable, _, _ = select.select([sock], [], [], 0)
             if readable:
                 break
             try:
-                sock.sendall(chunk)
+                sock.sendall(piece)
             except OSError:
                 break
-        answer = b""
-        try:
-            while b"\r\n\r\n" not in answer:
-                data = sock.recv(65536)
-                if not data:
-                    break
-                answer += data
-        except OSError:
-            pass
-        return answer
+            sent += len(piece)
+        return RawExchange(sent, read_head(sock))
+
+
+def send_then_wait(
+    port: int, head: bytes, payloads: list[bytes], wire: Callable[[bytes], bytes] = bytes
+) -> RawExchange:
+    """Send ``head`` and exactly ``payloads`` (each framed by ``wire``), then nothing more, and
+    wait for the answer; ``body_bytes_sent`` counts the payload bytes.
+
+    Unless ``payloads`` completes the request, it stays incomplete (no final chunk, or fewer bytes
+    than the declared length), so an answer can only have been decided on what was sent.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=RAW_TIMEOUT_S) as sock:
+        sock.sendall(head)
+        for payload in payloads:
+            sock.sendall(wire(payload))
+        return RawExchange(sum(len(p) for p in payloads), read_head(sock))
+
+
+def chunk(payload: bytes) -> bytes:
+    return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
 
 def chunked(total: int) -> Iterator[bytes]:
-    payload = b" " * CHUNK
     for _ in range(total // CHUNK):
-        yield f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
-    yield b"0\r\n\r\n"
+        yield chunk(b" " * CHUNK)
+    yield chunk(LAST_PAYLOAD)
 
 
 def padded_request(size: int) -> bytes:
@@ -233,9 +298,52 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
+POST_HEAD = b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+CHUNKED_HEAD = POST_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+
+
+def declared_head(length: int) -> bytes:
+    return POST_HEAD + f"Content-Length: {length}\r\n\r\n".encode()
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(vocabulary_service: FaultyService) -> None:
+    """What the client could send before the 413 came, counted on the client's side.
+
+    * A declared ``Content-Length`` over the limit: the client sends the head and **no body
+      byte**, then waits; the 413 arrives anyway, so the server decided on the head alone.
+    * A chunked body: the client sends 4 KB chunks until the body is one chunk past the limit
+      (``limit + 4 KB`` bytes), sends nothing more (no final chunk) and waits; the 413 arrives,
+      so the server refused as soon as the limit was passed, without waiting for the body's end.
+
+    The controls use the same sockets and the same waiting: a declared length at the limit with
+    its body, and a chunked body of exactly the limit with its final chunk, get 200.
+    """
+    port = vocabulary_service.port
+    at_limit = padded_request(MAX_BODY)
+
+    declared = send_then_wait(port, declared_head(HUGE_BODY_BYTES), [])
+    assert declared.status_line.startswith(b"HTTP/1.1 413 "), declared.answer[:200]
+    assert declared.body_bytes_sent == 0
+    control = send_then_wait(port, declared_head(MAX_BODY), [at_limit])
+    assert control.status_line.startswith(b"HTTP/1.1 200 "), control.answer[:200]
+
+    past_limit = [b" " * SMALL_CHUNK] * (MAX_BODY // SMALL_CHUNK + 1)
+    streamed = send_then_wait(port, CHUNKED_HEAD, past_limit, chunk)
+    assert streamed.status_line.startswith(b"HTTP/1.1 413 "), streamed.answer[:200]
+    assert MAX_BODY < streamed.body_bytes_sent <= MAX_BODY + SMALL_CHUNK
+    within = [at_limit[i : i + SMALL_CHUNK] for i in range(0, MAX_BODY, SMALL_CHUNK)]
+    control = send_then_wait(port, CHUNKED_HEAD, [*within, LAST_PAYLOAD], chunk)
+    assert control.status_line.startswith(b"HTTP/1.1 200 "), control.answer[:200]
+
+
 def test_body_batch_and_feature_limits_hold(
     vocabulary_service: FaultyService, artifacts_dir: Path
 ) -> None:
+    """Limits, and the peak memory while 50 MB bodies are pushed at the server and refused.
+
+    The peak resident size (``VmHWM``, reset just before) bounds what the server buffered at
+    any moment, not only what it kept afterwards.
+    """
     service = vocabulary_service
     headers = {"content-type": "application/json"}
     assert service._client is not None
@@ -248,20 +356,17 @@ def test_body_batch_and_feature_limits_hold(
     problem(client.post("/predict", content=padded_request(MAX_BODY + 1), headers=headers), 413)
 
     rss_before = rss_bytes(service.pid)
-    head = (
-        b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n"
+    reset_peak_rss(service.pid)
+    streamed = flood(service.port, CHUNKED_HEAD, chunked(HUGE_BODY_BYTES))
+    assert streamed.status_line.startswith(b"HTTP/1.1 413"), streamed.answer[:200]
+    declared = flood(
+        service.port,
+        declared_head(HUGE_BODY_BYTES),
+        iter([b" " * CHUNK] * (HUGE_BODY_BYTES // CHUNK)),
     )
-    answer = raw_request(service.port, head, chunked(HUGE_BODY_BYTES))
-    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    lying = (
-        f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {HUGE_BODY_BYTES}\r\n\r\n"
-    ).encode()
-    answer = raw_request(service.port, lying, iter([b" " * CHUNK] * (HUGE_BODY_BYTES // CHUNK)))
-    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    rss_growth = rss_bytes(service.pid) - rss_before
-    assert rss_growth < MAX_RSS_GROWTH_BYTES, f"RSS grew {rss_growth} bytes on refused bodies"
+    assert declared.status_line.startswith(b"HTTP/1.1 413"), declared.answer[:200]
+    peak_growth = rss_bytes(service.pid, "VmHWM") - rss_before
+    assert peak_growth < MAX_PEAK_RSS_GROWTH_BYTES, f"peak RSS grew {peak_growth} bytes"
 
     one = {"features": {"f1": 1.0}}
     assert service.post("/predict", {"instances": [one] * MAX_BATCH}).status_code == 200
@@ -281,7 +386,11 @@ def test_body_batch_and_feature_limits_hold(
         "security_limits",
         max_body_bytes=MAX_BODY,
         refused_body_bytes=HUGE_BODY_BYTES,
-        rss_growth_bytes=rss_growth,
+        flood_bytes_sent_before_413={
+            "chunked": streamed.body_bytes_sent,
+            "declared": declared.body_bytes_sent,
+        },
+        peak_rss_growth_bytes=peak_growth,
         max_batch_size=MAX_BATCH,
         max_features=MAX_FEATURES,
     )
@@ -394,21 +503,61 @@ CRAFTED: dict[str, Craft] = {
 }
 
 
+@dataclass
+class CraftedRestore:
+    """A restore from a good checkpoint and, newer, a re-framed one holding more events."""
+
+    good: Path
+    newer: Path
+    genuine: bytes
+    engine: Engine
+    report: RestoreReport
+
+
+def restore_through_the_crafting_path(craft: Craft, directory: Path) -> CraftedRestore:
+    """Split a genuine state of ``NEWER_SEEN`` events, apply ``craft``, re-frame it with a valid
+    checksum, save it as the newest checkpoint and restore a fresh engine from the store."""
+    store = CheckpointStore(directory)
+    good = store.save(trained_engine(GOOD_SEEN).checkpoint_bytes()[0])
+    genuine = trained_engine(NEWER_SEEN).checkpoint_bytes()[0]
+    header, payload = split_state(genuine)
+    craft(header, payload)
+    newer = store.save(join_state(genuine, header, payload))
+    engine = fresh_engine()
+    return CraftedRestore(good.path, newer.path, genuine, engine, engine.restore(store))
+
+
+def timeless(blob: bytes) -> tuple[dict[str, Any], bytearray]:
+    """A state's header and payload without the moment it was saved."""
+    header, payload = split_state(blob)
+    del header["extra"]["saved_at"]
+    return header, payload
+
+
+def untouched(header: dict[str, Any], payload: bytearray) -> None:
+    """The identity craft: the state goes through split, JSON re-encoding and re-framing only."""
+
+
+def test_an_untampered_checkpoint_passes_the_crafting_path_and_is_used(tmp_path: Path) -> None:
+    """The control for the crafted cases: with nothing altered, the same split, re-encode,
+    re-frame, save and restore yields the newer checkpoint: the restored engine's state is the
+    one the writing engine saved (every array byte for byte, every header field but the time)."""
+    restored = restore_through_the_crafting_path(untouched, tmp_path / "state")
+    assert restored.report.path == str(restored.newer)
+    assert restored.report.skipped == ()
+    assert restored.engine.snapshot.seen == NEWER_SEEN
+    assert timeless(restored.engine.checkpoint_bytes()[0]) == timeless(restored.genuine)
+    assert not list((tmp_path / "state").glob("*.corrupt"))
+
+
 @pytest.mark.parametrize("kind", list(CRAFTED))
 def test_a_crafted_checkpoint_is_refused_and_the_previous_one_used(
     kind: str, tmp_path: Path
 ) -> None:
-    store = CheckpointStore(tmp_path / "state")
-    good = store.save(trained_engine(100).checkpoint_bytes()[0])
-    genuine = trained_engine(150).checkpoint_bytes()[0]
-    header, payload = split_state(genuine)
-    CRAFTED[kind](header, payload)
-    crafted = store.save(join_state(genuine, header, payload))
-    engine = fresh_engine()
-    report = engine.restore(store)
-    assert report.path == str(good.path), f"{kind}: loaded {report.path}"
-    assert [s.path for s in report.skipped] == [crafted.path]
-    assert engine.snapshot.seen == 100
+    restored = restore_through_the_crafting_path(CRAFTED[kind], tmp_path / "state")
+    assert restored.report.path == str(restored.good), f"{kind}: loaded {restored.report.path}"
+    assert [s.path for s in restored.report.skipped] == [restored.newer]
+    assert restored.engine.snapshot.seen == GOOD_SEEN
 
 
 def test_a_pickle_is_never_unpickled(tmp_path: Path) -> None:
@@ -494,103 +643,77 @@ def test_kafka_sasl_and_tls_settings_pass_through_to_kafka_python(
     assert consumer["enable_auto_commit"] is False
 
 
-@dataclass
-class TlsListener:
-    """A TLS server that requires a client certificate from the test CA and records handshakes."""
-
-    context: ssl.SSLContext
-    port: int = field(default_factory=free_port)
-    handshakes: list[dict[str, Any]] = field(default_factory=list)
-    first_bytes: list[bytes] = field(default_factory=list)
-    _server: socket.socket | None = None
-
-    def start(self) -> TlsListener:
-        self._server = socket.create_server(("127.0.0.1", self.port))
-        self._server.settimeout(0.2)
-        threading.Thread(target=self._serve, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-
-    def _serve(self) -> None:
-        while self._server is not None:
-            try:
-                client, _ = self._server.accept()
-            except (TimeoutError, OSError):
-                continue
-            try:
-                with self.context.wrap_socket(client, server_side=True) as tls:
-                    self.handshakes.append(tls.getpeercert() or {})
-                    tls.settimeout(2.0)
-                    self.first_bytes.append(tls.recv(64))
-            except (ssl.SSLError, OSError):
-                continue
-
-
-def make_certificates(directory: Path) -> dict[str, Path]:
-    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-    openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-        "-days", "1", "-subj", "/CN=novikoff-test-ca",
-    )  # fmt: skip
-    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name, subject in (("server", "/CN=127.0.0.1"), ("client", "/CN=novikoff-client")):
-        openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-            f"{name}.csr", "-subj", subject,
-        )  # fmt: skip
-        openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{name}.pem", "-days", "1", "-extfile", "san.cnf",
-        )  # fmt: skip
-    return {
-        name: directory / name
-        for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")
-    }
-
-
-def test_tls_settings_reach_the_wire(
-    kafka_bootstrap: str, topic_name: str, tmp_path: Path, artifacts_dir: Path
-) -> None:
-    """``novikoff serve`` with ``security_protocol = "SSL"`` verifies the broker with the
-    configured CA and presents the configured client certificate (mutual TLS)."""
-    certs = make_certificates(tmp_path)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(certs["ca.pem"]))
-    context.load_cert_chain(certs["server.pem"], certs["server.key"])
-    context.verify_mode = ssl.CERT_REQUIRED
-    listener = TlsListener(context).start()
+def tls_service(
+    workdir: Path, listener: TlsListener, trusted: Certificates, topic: str
+) -> FaultyService:
+    """``novikoff serve`` with ``security_protocol = "SSL"``, trusting ``trusted``'s CA and
+    presenting its client certificate, pointed at ``listener``."""
     tls_toml = (
         '[kafka]\nsecurity_protocol = "SSL"\n'
-        f'ssl_cafile = "{certs["ca.pem"]}"\nssl_certfile = "{certs["client.pem"]}"\n'
-        f'ssl_keyfile = "{certs["client.key"]}"\n'
+        f'ssl_cafile = "{trusted.ca}"\nssl_certfile = "{trusted.client}"\n'
+        f'ssl_keyfile = "{trusted.client_key}"\n'
     )
-    service = FaultyService(
-        workdir=tmp_path,
+    return FaultyService(
+        workdir=workdir,
         bootstrap=f"127.0.0.1:{listener.port}",
-        topic=topic_name,
+        topic=topic,
         stream=ConfiguredStream(dim=4, seed=1, extra_toml=tls_toml),
-        log_path=tmp_path / "serve.log",
+        log_path=workdir / "serve.log",
     )
+
+
+def wait_until(what: str, service: FaultyService, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TLS_TIMEOUT_S
+    while not condition():
+        assert service.alive, service.log_text
+        assert time.monotonic() < deadline, f"{what}: {service.log_text[-3000:]}"
+        time.sleep(TLS_POLL_S)
+
+
+def test_tls_settings_reach_the_wire(topic_name: str, tmp_path: Path, artifacts_dir: Path) -> None:
+    """``novikoff serve`` with ``security_protocol = "SSL"`` verifies the broker with the
+    configured CA and presents the configured client certificate (mutual TLS)."""
+    certificates = make_certificates(tmp_path / "ca", TEST_CA)
+    listener = TlsListener.serving(certificates, trusted_clients=certificates).start()
+    service = tls_service(tmp_path, listener, certificates, topic_name)
     try:
         service.start(wait_ready=False)
-        deadline = time.monotonic() + TLS_TIMEOUT_S
-        while not listener.first_bytes and time.monotonic() < deadline:
-            assert service.alive, service.log_text
-            time.sleep(0.1)
-        assert listener.handshakes, f"no TLS handshake completed; {service.log_text[-3000:]}"
+        wait_until("no TLS exchange", service, lambda: bool(listener.first_bytes))
+        assert listener.handshakes, listener.failures
         subject = dict(item for rdn in listener.handshakes[0]["subject"] for item in rdn)
         assert subject["commonName"] == "novikoff-client"
-        assert listener.first_bytes[0][4:6] == b"\x00\x12", "a Kafka ApiVersions request over TLS"
+        assert listener.first_bytes[0][4:6] == API_VERSIONS_KEY, "a Kafka request over TLS"
         readyz = service.get("/readyz")
         assert readyz.status_code == 503
         record_figures(artifacts_dir, "security_tls", client_certificate=subject["commonName"])
+    finally:
+        service.stop()
+        listener.stop()
+
+
+def test_a_broker_certificate_from_another_ca_is_refused(
+    topic_name: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """The same listener and service as above, but the listener's certificate is signed by
+    another CA: the service's Kafka client aborts every handshake with an ``unknown CA`` alert
+    and never sends a Kafka request. (The listener trusts the service's client certificate, so
+    the server certificate is the only thing wrong.)"""
+    certificates = make_certificates(tmp_path / "ca", TEST_CA)
+    other = make_certificates(tmp_path / "other-ca", OTHER_CA)
+    listener = TlsListener.serving(other, trusted_clients=certificates).start()
+    service = tls_service(tmp_path, listener, certificates, topic_name)
+    try:
+        service.start(wait_ready=False)
+        wait_until(
+            "the client made too few attempts",
+            service,
+            lambda: len(listener.failures) >= REFUSED_ATTEMPTS,
+        )
+        failures = list(listener.failures)
+        assert all(failure == UNKNOWN_CA_ALERT for failure in failures), failures
+        assert listener.handshakes == [] and listener.first_bytes == []
+        assert service.get("/readyz").status_code == 503
+        record_figures(artifacts_dir, "security_tls_other_ca", refused_handshakes=len(failures))
     finally:
         service.stop()
         listener.stop()
