@@ -212,6 +212,18 @@ def reset_peak_rss(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text(RESET_PEAK_RSS)
 
 
+def transient_buffer_shows_in_peak_rss(size: int) -> bool:
+    """The control of the memory measure: in this process, a buffer of ``size`` bytes that is
+    filled and freed again raises the peak resident size by at least ``size``."""
+    pid = os.getpid()
+    before = rss_bytes(pid)
+    reset_peak_rss(pid)
+    buffer = bytearray(size)
+    buffer[:] = b"x" * size
+    del buffer
+    return rss_bytes(pid, "VmHWM") - before >= size
+
+
 @dataclass
 class RawExchange:
     """One request written by hand: how many body bytes the client sent, and the answer."""
@@ -367,6 +379,7 @@ def test_body_batch_and_feature_limits_hold(
     assert declared.status_line.startswith(b"HTTP/1.1 413"), declared.answer[:200]
     peak_growth = rss_bytes(service.pid, "VmHWM") - rss_before
     assert peak_growth < MAX_PEAK_RSS_GROWTH_BYTES, f"peak RSS grew {peak_growth} bytes"
+    assert transient_buffer_shows_in_peak_rss(HUGE_BODY_BYTES), "the measure cannot see a buffer"
 
     one = {"features": {"f1": 1.0}}
     assert service.post("/predict", {"instances": [one] * MAX_BATCH}).status_code == 200
