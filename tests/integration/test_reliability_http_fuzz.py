@@ -1,9 +1,10 @@
 """HTTP fuzzing: schemathesis with all its checks, and raw hostile bodies, against the real server.
 
-The service runs as ``novikoff serve`` on a real broker. schemathesis (CLI, every phase, every
-built-in check plus :mod:`tests.support.problem_check`) must find no issue: no 5xx, responses
-that match the OpenAPI document, negative data refused, and every 4xx an
-``application/problem+json`` body whose ``status`` is the response's. A second, schema-blind
+The service runs as ``novikoff serve`` on a real broker. schemathesis (CLI; phases examples,
+coverage and fuzzing; every built-in check plus :mod:`tests.support.problem_check`) must find no
+issue: no 5xx, responses that match the OpenAPI document, negative data refused, and every 4xx an
+``application/problem+json`` body whose ``status`` is the response's. The custom check is shown
+to be loaded by the same run failing on an app whose 4xx are plain JSON. A second, schema-blind
 fuzzer posts arbitrary bytes and arbitrary JSON to ``POST /predict``.
 """
 
@@ -20,9 +21,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict
 
+from service.server import HttpServer
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService
@@ -36,6 +40,14 @@ SCHEMATHESIS_TIMEOUT_S = 400.0
 CLIENT_ERRORS = range(400, 500)
 ACCEPTED_STATUSES = {200, 400, 413, 415, 422}
 FEATURES = 4
+PHASES = ("examples", "coverage", "fuzzing")
+"""schemathesis's stateful phase is not run: it chains operations through OpenAPI links, and
+no operation here creates anything another could use (schemathesis reports it not applicable)."""
+PHASE_PASSED = "✅"
+"""How schemathesis's summary marks a phase that ran and passed (skipped ones get ⏭)."""
+PROBLEM_CHECK_MODULE = "tests.support.problem_check"
+CUSTOM_CHECK = "client_errors_are_problem_details"
+SERVER_STOP_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -69,25 +81,28 @@ def schemathesis_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "schemathesis.cli"]
 
 
-def test_schemathesis_finds_nothing_with_every_check(
-    live_service: FaultyService, tmp_path: Path, artifacts_dir: Path
-) -> None:
-    seed = random.SystemRandom().randrange(2**31)
-    har = tmp_path / "schemathesis.har"
+def run_schemathesis(
+    base_url: str, workdir: Path, seed: int, *, hooks: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """The schemathesis CLI on ``base_url``'s OpenAPI document: the listed phases, every
+    built-in check and, with ``hooks``, :mod:`tests.support.problem_check`."""
     env = {
         **os.environ,
-        "SCHEMATHESIS_HOOKS": "tests.support.problem_check",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    result = subprocess.run(
+    if hooks:
+        env["SCHEMATHESIS_HOOKS"] = PROBLEM_CHECK_MODULE
+    else:
+        env.pop("SCHEMATHESIS_HOOKS", None)
+    return subprocess.run(
         [
             *schemathesis_command(),
             "run",
-            f"{live_service.base_url}/openapi.json",
+            f"{base_url}/openapi.json",
             "--checks",
             "all",
             "--phases",
-            "examples,coverage,fuzzing,stateful",
+            ",".join(PHASES),
             "--max-examples",
             str(MAX_EXAMPLES),
             "--seed",
@@ -95,19 +110,29 @@ def test_schemathesis_finds_nothing_with_every_check(
             "--report",
             "har",
             "--report-har-path",
-            str(har),
+            str(workdir / "schemathesis.har"),
         ],
         capture_output=True,
         text=True,
         env=env,
-        cwd=tmp_path,  # schemathesis keeps a cache in its working directory
+        cwd=workdir,  # schemathesis keeps a cache in its working directory
         timeout=SCHEMATHESIS_TIMEOUT_S,
         check=False,
     )
+
+
+def test_schemathesis_finds_nothing_with_every_check(
+    live_service: FaultyService, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    seed = random.SystemRandom().randrange(2**31)
+    result = run_schemathesis(live_service.base_url, tmp_path, seed)
     output = result.stdout + result.stderr
     (artifacts_dir / "schemathesis.txt").write_text(output, encoding="utf-8")
     assert result.returncode == 0, output[-6000:]
     assert "No issues found" in output, output[-6000:]
+    for phase in PHASES:
+        assert f"{PHASE_PASSED} {phase.capitalize()}" in output, f"{phase} did not run"
+    har = tmp_path / "schemathesis.har"
     statuses = Counter(
         int(entry["response"]["status"]) for entry in json.loads(har.read_text())["log"]["entries"]
     )
@@ -124,6 +149,45 @@ def test_schemathesis_finds_nothing_with_every_check(
         summary=generated.strip(),
         recorded_statuses=dict(sorted(statuses.items())),
     )
+
+
+class Item(BaseModel):
+    """The control app's body: strict, so schemathesis's negative data is refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    size: int
+
+
+def plain_json_errors_app() -> FastAPI:
+    """A FastAPI app that honours its own OpenAPI document but answers a bad body with FastAPI's
+    usual 422 ``application/json``, not a problem+json: only the custom check can object."""
+    app = FastAPI()
+
+    @app.post("/items", responses={400: {"description": "the body is not JSON"}})
+    def items(item: Item) -> dict[str, int]:
+        return {"size": item.size}
+
+    return app
+
+
+def test_the_problem_check_is_loaded_and_fails_a_wrong_4xx(tmp_path: Path) -> None:
+    """The same schemathesis run as above, against :func:`plain_json_errors_app`: it fails, and
+    the failure is the custom check's. The control: without the hook, the same run on the same
+    app finds no issue, so the custom check is the only thing that failed it."""
+    server = HttpServer(plain_json_errors_app(), "127.0.0.1", 0, graceful_timeout_s=1.0)
+    server.start()
+    try:
+        seed = random.SystemRandom().randrange(2**31)
+        with_check = run_schemathesis(server.url, tmp_path, seed)
+        output = with_check.stdout + with_check.stderr
+        assert with_check.returncode != 0, output[-6000:]
+        assert f"Custom check failed: `{CUSTOM_CHECK}`" in output, output[-6000:]
+        assert "application/json', not application/problem+json" in output, output[-6000:]
+        without = run_schemathesis(server.url, tmp_path, seed, hooks=False)
+        output = without.stdout + without.stderr
+        assert without.returncode == 0 and "No issues found" in output, output[-6000:]
+    finally:
+        server.stop(SERVER_STOP_S)
 
 
 json_values = st.recursive(
