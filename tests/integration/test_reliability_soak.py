@@ -4,9 +4,19 @@
 The 64 clients are 64 keep-alive connections of ``wrk`` (a C load generator; ``make bench-deps``
 installs it): a Python client would be the bottleneck and measure itself.
 
-Must hold: no prediction error, the consumer catches up (lag 0, every acknowledged event learned
-exactly once) after production stops, resident memory grows less than 10% after warm-up, and the
-set of Prometheus series does not change (no label grows with the traffic).
+Must hold:
+
+* no prediction error (and some predictions made);
+* the ledger: after production stops the consumer catches up (``/stats`` lag 0) and, per
+  partition, the broker's end offset equals the records it acknowledged, the service learned
+  exactly that many and applied exactly the offsets ``[0, end)`` (one range: none applied twice,
+  none skipped); the dead-letter topic is empty, so learned + dead-lettered = produced;
+* the peak resident memory after a 20 s warm-up stays under 110% of its value at warm-up;
+* the set of Prometheus series is the same at warm-up and at the end (no label grows with the
+  traffic).
+
+How long the catch-up took, the rates and the latencies are recorded, not asserted (speed is
+measured in ``bench/``).
 """
 
 from __future__ import annotations
@@ -16,13 +26,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench_predict import LoadResult, run_wrk, wrk_script
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService
-from tests.support.ledger import record_figures
+from tests.support.ledger import read_dead_letters, record_figures
 from tests.support.load import FullRateProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
@@ -51,6 +62,16 @@ def series(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """The broker's end offset of each partition of ``topic``."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        found = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        consumer.close()
+    return {tp.partition: offset for tp, offset in found.items()}
 
 
 def test_full_rate_production_and_64_prediction_clients_for_a_minute(
@@ -109,10 +130,17 @@ def test_full_rate_production_and_64_prediction_clients_for_a_minute(
 
         assert report.errors == 0, report
         assert report.requests > 0
+        assert end_offsets(kafka_bootstrap, topic_name, PARTITIONS) == {
+            p: acknowledged[p] for p in range(PARTITIONS)
+        }, "the broker holds records the producer was not told about"
         assert stats["seen"] == produced and stats["invalid"] == {}
+        assert len(stats["partitions"]) == PARTITIONS, stats["partitions"]
         for progress in stats["partitions"]:
             count = acknowledged[progress["partition"]]
-            assert progress["learned"] == count and progress["applied"] == [[0, count]], progress
+            assert progress["learned"] == count and progress["rejected"] == 0, progress
+            assert progress["applied"] == [[0, count]], progress
+        dead_letters = read_dead_letters(kafka_bootstrap, f"{topic_name}.dlq", 0)
+        assert dead_letters == [], dead_letters[:3]
         warm = [value for t, value in rss if t >= WARM_UP_S]
         baseline_rss = warm[0]
         peak_rss = max([*warm, final_rss])
@@ -133,6 +161,7 @@ def test_full_rate_production_and_64_prediction_clients_for_a_minute(
             produced_per_s=round(produced / produced_s),
             caught_up_after_s=round(caught_up_s, 1),
             learned=stats["seen"],
+            dead_lettered=len(dead_letters),
             missing=produced - stats["seen"],
             rss_after_warm_up_mb=round(baseline_rss / 2**20, 1),
             rss_peak_mb=round(peak_rss / 2**20, 1),
