@@ -40,6 +40,7 @@ SCHEMATHESIS_TIMEOUT_S = 400.0
 CLIENT_ERRORS = range(400, 500)
 ACCEPTED_STATUSES = {200, 400, 413, 415, 422}
 FEATURES = 4
+RAW_BODY_EXAMPLES = 400
 PHASES = ("examples", "coverage", "fuzzing")
 """schemathesis's stateful phase is not run: it chains operations through OpenAPI links, and
 no operation here creates anything another could use (schemathesis reports it not applicable)."""
@@ -223,7 +224,7 @@ def raw_json(value: object) -> bytes:
 
 
 @settings(
-    max_examples=400,
+    max_examples=RAW_BODY_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
