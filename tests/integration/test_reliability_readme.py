@@ -13,6 +13,7 @@ import pytest
 import tests.integration.test_reliability_crash as crash
 import tests.integration.test_reliability_http_fuzz as fuzz
 import tests.integration.test_reliability_security as security
+import tests.integration.test_reliability_security_checkpoints as loader
 import tests.integration.test_reliability_sigterm as sigterm
 import tests.integration.test_reliability_soak as soak
 
@@ -63,7 +64,7 @@ def quoted_figures() -> list[str]:
         f"declared {security.HUGE_BODY_BYTES // MIB} MB `Content-Length`",
         f"the limit plus one {security.SMALL_CHUNK // KIB} KB chunk",
         f"grows < {security.MAX_PEAK_RSS_GROWTH_BYTES // MIB} MB",
-        f"refuses {len(security.CRAFTED)} kinds of crafted content",
+        f"refuses {len(loader.CRAFTED)} kinds of crafted content",
     ]
 
 
