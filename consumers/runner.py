@@ -351,6 +351,7 @@ class ConsumerRunner:
         self._fault: ConsumerFault | None = None
         self._reported: set[tuple[FaultKind, str]] = set()
         self._topic_missing_since: float | None = None
+        self._resubscribe = False
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -448,6 +449,12 @@ class ConsumerRunner:
             self._set_connected()
         else:
             self._check_connection(consumer)
+        if self._resubscribe:
+            # A group formed while the topic was missing may never assign it (seen on Tansu):
+            # a fresh consumer joins with the topic in its metadata.
+            self._resubscribe = False
+            self._close_consumer(timeout_ms=0)
+            return
         if records:
             self._process(consumer, records)
         self._update_lag(consumer)
@@ -599,6 +606,9 @@ class ConsumerRunner:
                 consumer.seek_to_end(*fresh)
             else:
                 consumer.seek_to_beginning(*fresh)
+        if not partitions:
+            # An empty assignment (a topic not created yet) resumes nothing.
+            return
         logger.info(
             "assigned %s; resuming from the checkpointed offsets%s",
             _partition_names(partitions),
@@ -648,9 +658,10 @@ class ConsumerRunner:
         if consumer.assignment() or _topic_in_metadata(consumer, topic) is not False:
             self._topic_missing_since = None
             if self._fault is not None and self._fault.kind is FaultKind.UNKNOWN_TOPIC:
-                logger.info("topic %s exists now; joining the consumer group", topic)
+                logger.info("topic %s exists now; subscribing to it again", topic)
                 self._fault = None
-                self._set_disconnected("joining the consumer group")
+                self._resubscribe = True
+                return f"topic {topic!r} exists now; subscribing to it again"
             return None
         now = time.monotonic()
         if self._topic_missing_since is None:

@@ -185,11 +185,11 @@ def test_a_missing_topic_is_reported_after_the_grace_period_and_clears_when_crea
     # Still polling, still missing: counted and logged once for the whole episode.
     assert observer.kinds() == ["unknown_topic"]
     assert len(error_lines(caplog)) == 1
-    # The topic gets created: the group assigns it and the runner learns.
+    # The topic gets created: the runner subscribes again, the group assigns it, it learns.
     consumer.logs[("t", 0)] = [ev(1.0, 1), ev(2.0, -1)]
     cluster.topics["t"] = {0}
-    consumer.subscribe(["t"], listener=consumer.listener)
     wait_until(lambda: engine.next_offset("t", 0) == 2)
+    assert consumer.closed
     assert runner.connected and runner.fault is None
     assert runner.stop(timeout=TIMEOUT_S)
 
