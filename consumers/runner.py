@@ -74,6 +74,8 @@ DEFAULT_MISSING_TOPIC_GRACE_SECONDS = 10.0
 BACKOFF_FACTOR = 2.0
 MIN_COMMIT_TIMEOUT_MS = 100
 QUICK_POLL_SHARE = 0.5
+LEAVE_GROUP_TIMEOUT_MS = 1_000
+"""How long closing a consumer on a reachable broker waits to leave its group cleanly."""
 """An empty poll that returns faster than this share of its timeout while disconnected is
 followed by a backoff wait, so a misbehaving client can never spin the CPU."""
 
@@ -453,7 +455,7 @@ class ConsumerRunner:
             # A group formed while the topic was missing may never assign it (seen on Tansu):
             # a fresh consumer joins with the topic in its metadata.
             self._resubscribe = False
-            self._close_consumer(timeout_ms=0)
+            self._close_consumer(timeout_ms=LEAVE_GROUP_TIMEOUT_MS)
             return
         if records:
             self._process(consumer, records)
@@ -701,7 +703,8 @@ class ConsumerRunner:
             self._on_fault(fault)
         if self._applied_since_checkpoint:
             self._checkpoint("error", commit=False)
-        self._close_consumer(timeout_ms=0)
+        # The broker answered with a refusal: there is time to leave the group cleanly.
+        self._close_consumer(timeout_ms=0 if fault.retriable else LEAVE_GROUP_TIMEOUT_MS)
         self._stop.wait(self._retry_delay())
 
     # -- errors retrying cannot fix ---------------------------------------------------------------
