@@ -74,10 +74,10 @@ DEFAULT_MISSING_TOPIC_GRACE_SECONDS = 10.0
 BACKOFF_FACTOR = 2.0
 MIN_COMMIT_TIMEOUT_MS = 100
 QUICK_POLL_SHARE = 0.5
-LEAVE_GROUP_TIMEOUT_MS = 1_000
-"""How long closing a consumer on a reachable broker waits to leave its group cleanly."""
 """An empty poll that returns faster than this share of its timeout while disconnected is
 followed by a backoff wait, so a misbehaving client can never spin the CPU."""
+LEAVE_GROUP_TIMEOUT_MS = 1_000
+"""How long closing a consumer on a reachable broker waits to leave its group cleanly."""
 
 COORDINATOR_UNREACHABLE = "the group coordinator is unreachable (broker down or restarting?)"
 REBALANCING = "joining the consumer group (rebalance in progress)"
