@@ -184,6 +184,7 @@ class _AlwaysConnected:
 
     connected = True
     not_ready_reason: str | None = None
+    fault = None
 
 
 def trained_engine(settings: Settings, stream: SyntheticStream) -> Engine:

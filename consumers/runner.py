@@ -20,9 +20,14 @@ lock.
 
 Failures: the consumer is built lazily and rebuilt after errors, with exponential backoff; when
 the broker is away, ``poll()`` waits instead of spinning and :attr:`ConsumerRunner.connected`
-turns false with a :attr:`~ConsumerRunner.not_ready_reason`. :meth:`ConsumerRunner.stop` (for
-SIGTERM) finishes the current batch, writes a final checkpoint and commits, within
-``shutdown_deadline_seconds``.
+turns false with a :attr:`~ConsumerRunner.not_ready_reason`. Errors retrying cannot fix (see
+:mod:`consumers.faults`: an undecodable codec, an authorization failure, a subscribed topic absent
+from the metadata for longer than ``missing_topic_grace_seconds``) are retried at the longest
+backoff, logged once per distinct cause at ERROR with their fix, and exposed as
+:attr:`~ConsumerRunner.fault`; every error reaches the ``FaultObserver`` (the service's metric).
+
+:meth:`ConsumerRunner.stop` (for SIGTERM) finishes the current batch, writes a final checkpoint
+and commits, within ``shutdown_deadline_seconds``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,14 @@ from consumers.checkpoint import CheckpointStore
 from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
 from consumers.engine import Engine, PartitionKey
 from consumers.events import DecodedBatch, Rejection, SourceRecord
+from consumers.faults import (
+    ConsumerFault,
+    FaultKind,
+    FaultObserver,
+    NullFaultObserver,
+    classify,
+    unknown_topic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +70,17 @@ DEFAULT_BACKOFF_SECONDS = 0.5
 DEFAULT_BACKOFF_MAX_SECONDS = 10.0
 DEFAULT_DLQ_TIMEOUT_SECONDS = 10.0
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 5_000
+DEFAULT_MISSING_TOPIC_GRACE_SECONDS = 10.0
 BACKOFF_FACTOR = 2.0
 MIN_COMMIT_TIMEOUT_MS = 100
 QUICK_POLL_SHARE = 0.5
 """An empty poll that returns faster than this share of its timeout while disconnected is
 followed by a backoff wait, so a misbehaving client can never spin the CPU."""
+LEAVE_GROUP_TIMEOUT_MS = 1_000
+"""How long closing a consumer on a reachable broker waits to leave its group cleanly."""
+
+COORDINATOR_UNREACHABLE = "the group coordinator is unreachable (broker down or restarting?)"
+REBALANCING = "joining the consumer group (rebalance in progress)"
 
 CONNECTION_KEYS = (
     "bootstrap_servers",
@@ -117,6 +136,9 @@ class RunnerSettings:
         Wait between reconnection attempts, doubling up to the maximum.
     dlq_timeout_seconds
         How long a dead-letter write waits for the broker's acknowledgement.
+    missing_topic_grace_seconds
+        How long the subscribed topic may be absent from the cluster's metadata before that is
+        reported as an ``unknown_topic`` fault (until then the consumer is only "waiting").
     """
 
     topic: str
@@ -130,6 +152,7 @@ class RunnerSettings:
     backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
     backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
     dlq_timeout_seconds: float = DEFAULT_DLQ_TIMEOUT_SECONDS
+    missing_topic_grace_seconds: float = DEFAULT_MISSING_TOPIC_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         missing = [k for k in ("bootstrap_servers", "group_id") if not self.consumer_config.get(k)]
@@ -143,6 +166,7 @@ class RunnerSettings:
             "backoff_seconds": self.backoff_seconds,
             "backoff_max_seconds": self.backoff_max_seconds,
             "dlq_timeout_seconds": self.dlq_timeout_seconds,
+            "missing_topic_grace_seconds": self.missing_topic_grace_seconds,
         }
         bad = [name for name, value in positive.items() if not value > 0]
         if bad:
@@ -161,10 +185,20 @@ class RunnerSettings:
         value = self.consumer_config.get("max_poll_records")
         return None if value is None else int(value)
 
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        return str(self.consumer_config["group_id"])
+
     def kafka_consumer_config(self) -> dict[str, Any]:
-        """The ``KafkaConsumer`` keyword arguments the runner uses."""
+        """The ``KafkaConsumer`` keyword arguments the runner uses.
+
+        The consumer never asks the broker to create the topic it subscribes to (unless
+        ``consumer_config`` says otherwise): a missing topic is an operator's error to report.
+        """
         return {
             "bootstrap_timeout_ms": DEFAULT_BOOTSTRAP_TIMEOUT_MS,
+            "allow_auto_create_topics": False,
             **self.consumer_config,
             "enable_auto_commit": False,
             "auto_offset_reset": self.auto_offset_reset,
@@ -210,8 +244,22 @@ ProducerFactory = Callable[[RunnerSettings], Producer]
 
 def kafka_consumer(settings: RunnerSettings) -> Consumer:
     """A real kafka-python consumer."""
-    consumer: Consumer = KafkaConsumer(**settings.kafka_consumer_config())
-    return consumer
+    config = settings.kafka_consumer_config()
+    consumer = KafkaConsumer(**config)
+    _honour_auto_create(consumer, bool(config["allow_auto_create_topics"]))
+    typed: Consumer = consumer
+    return typed
+
+
+def _honour_auto_create(consumer: Any, allow: bool) -> None:
+    """Hand ``allow_auto_create_topics`` to the client's metadata cache.
+
+    kafka-python 3.0.12 keeps the option in the consumer's config only; its metadata requests
+    then always ask the broker to create the subscribed topic, and a broker that allows it does.
+    """
+    config = getattr(getattr(consumer, "_cluster", None), "config", None)
+    if isinstance(config, dict):
+        config["allow_auto_create_topics"] = allow
 
 
 def kafka_producer(settings: RunnerSettings) -> Producer:
@@ -268,6 +316,8 @@ class ConsumerRunner:
         Build the Kafka clients (kafka-python by default; tests may pass their own).
     dead_letters
         The dead-letter writer (default: one on ``settings.dlq_topic`` with ``producer_factory``).
+    fault_observer
+        Told of every consumer error (the service counts them by kind).
     """
 
     def __init__(
@@ -279,6 +329,7 @@ class ConsumerRunner:
         consumer_factory: ConsumerFactory = kafka_consumer,
         producer_factory: ProducerFactory = kafka_producer,
         dead_letters: DeadLetterWriter | None = None,
+        fault_observer: FaultObserver | None = None,
     ) -> None:
         self._engine = engine
         self._store = store
@@ -298,6 +349,11 @@ class ConsumerRunner:
         self._applied_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._final_checkpoint_ok: bool | None = None
+        self._fault_observer = fault_observer or NullFaultObserver()
+        self._fault: ConsumerFault | None = None
+        self._reported: set[tuple[FaultKind, str]] = set()
+        self._topic_missing_since: float | None = None
+        self._resubscribe = False
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -310,6 +366,11 @@ class ConsumerRunner:
     def not_ready_reason(self) -> str | None:
         """Why the consumer is not connected (``None`` when it is)."""
         return None if self._connected else self._reason
+
+    @property
+    def fault(self) -> ConsumerFault | None:
+        """The error retrying cannot fix that keeps the consumer from learning, if any."""
+        return None if self._connected else self._fault
 
     @property
     def running(self) -> bool:
@@ -366,7 +427,7 @@ class ConsumerRunner:
                 self._engine.restore(self._store)
             while not self._stop.is_set():
                 if self._consumer is None and not self._open():
-                    self._stop.wait(self._backoff.next())
+                    self._stop.wait(self._retry_delay())
                     continue
                 try:
                     self._round()
@@ -390,6 +451,12 @@ class ConsumerRunner:
             self._set_connected()
         else:
             self._check_connection(consumer)
+        if self._resubscribe:
+            # A group formed while the topic was missing may never assign it (seen on Tansu):
+            # a fresh consumer joins with the topic in its metadata.
+            self._resubscribe = False
+            self._close_consumer(timeout_ms=LEAVE_GROUP_TIMEOUT_MS)
+            return
         if records:
             self._process(consumer, records)
         self._update_lag(consumer)
@@ -541,6 +608,9 @@ class ConsumerRunner:
                 consumer.seek_to_end(*fresh)
             else:
                 consumer.seek_to_beginning(*fresh)
+        if not partitions:
+            # An empty assignment (a topic not created yet) resumes nothing.
+            return
         logger.info(
             "assigned %s; resuming from the checkpointed offsets%s",
             _partition_names(partitions),
@@ -556,8 +626,13 @@ class ConsumerRunner:
             consumer = self._consumer_factory(self._settings)
             consumer.subscribe([self._settings.topic], listener=_Listener(self))
         except Exception as exc:
-            self._set_disconnected(f"cannot reach Kafka at {self._bootstrap()}: {exc}")
-            logger.warning("cannot create the Kafka consumer: %r; retrying", exc)
+            fault = self._classify(exc)
+            if fault.retriable:
+                self._count(fault)
+                self._set_disconnected(f"cannot reach Kafka at {self._bootstrap()}: {exc}")
+                logger.warning("cannot create the Kafka consumer: %r; retrying", exc)
+            else:
+                self._on_fault(fault)
             return False
         self._consumer = consumer
         self._set_disconnected("joining the consumer group")
@@ -566,31 +641,103 @@ class ConsumerRunner:
 
     def _check_connection(self, consumer: Consumer) -> None:
         reason = _disconnection_reason(consumer)
+        if reason is None or reason == REBALANCING:
+            # The broker answers: its metadata can be trusted to tell a missing topic.
+            reason = self._missing_topic(consumer) or reason
         if reason is None:
             self._set_connected()
         else:
             self._set_disconnected(reason)
+
+    def _missing_topic(self, consumer: Consumer) -> str | None:
+        """Why the subscribed topic holds the consumer back, if it is absent from the metadata.
+
+        Absent for less than the grace period, the topic may be on its way (just created, or the
+        first metadata not in yet): the consumer waits. Past it, that is an ``unknown_topic``
+        fault, reported once; it clears as soon as the topic shows up.
+        """
+        topic = self._settings.topic
+        if consumer.assignment() or _topic_in_metadata(consumer, topic) is not False:
+            self._topic_missing_since = None
+            if self._fault is not None and self._fault.kind is FaultKind.UNKNOWN_TOPIC:
+                logger.info("topic %s exists now; subscribing to it again", topic)
+                self._fault = None
+                self._resubscribe = True
+                return f"topic {topic!r} exists now; subscribing to it again"
+            return None
+        now = time.monotonic()
+        if self._topic_missing_since is None:
+            self._topic_missing_since = now
+        grace = self._settings.missing_topic_grace_seconds
+        if now - self._topic_missing_since < grace:
+            return f"waiting for topic {topic!r} to appear in the cluster's metadata"
+        if self._fault is None or self._fault.kind is not FaultKind.UNKNOWN_TOPIC:
+            self._on_fault(unknown_topic(topic, self._bootstrap(), grace))
+        return self._fault.reason if self._fault is not None else None
 
     def _set_connected(self) -> None:
         if not self._connected:
             logger.info("consumer connected to Kafka")
         self._connected = True
         self._reason = None
+        self._fault = None
+        self._reported.clear()
         self._backoff.reset()
 
     def _set_disconnected(self, reason: str) -> None:
+        """Not connected, for ``reason``; a standing fault stays the reason until it clears."""
+        if self._fault is not None:
+            reason = self._fault.reason
         if self._connected:
             logger.warning("consumer lost Kafka: %s", reason)
         self._connected = False
         self._reason = reason
 
     def _on_failure(self, exc: Exception) -> None:
-        logger.warning("consumer error: %r; reconnecting", exc)
-        self._set_disconnected(f"consumer error: {exc!r}")
+        fault = self._classify(exc)
+        if fault.retriable:
+            self._count(fault)
+            logger.warning("consumer error: %r; reconnecting", exc)
+            self._set_disconnected(fault.reason)
+        else:
+            self._on_fault(fault)
         if self._applied_since_checkpoint:
             self._checkpoint("error", commit=False)
-        self._close_consumer(timeout_ms=0)
-        self._stop.wait(self._backoff.next())
+        # The broker answered with a refusal: there is time to leave the group cleanly.
+        self._close_consumer(timeout_ms=0 if fault.retriable else LEAVE_GROUP_TIMEOUT_MS)
+        self._stop.wait(self._retry_delay())
+
+    # -- errors retrying cannot fix ---------------------------------------------------------------
+
+    def _classify(self, exc: BaseException) -> ConsumerFault:
+        return classify(exc, topic=self._settings.topic, group=self._settings.group)
+
+    def _count(self, fault: ConsumerFault) -> None:
+        try:
+            self._fault_observer.on_consumer_error(fault)
+        except Exception as exc:
+            logger.warning("fault observer failed: %r", exc)
+
+    def _on_fault(self, fault: ConsumerFault) -> None:
+        """Record a fault retrying cannot fix: counted always, logged once per distinct cause."""
+        self._count(fault)
+        self._fault = fault
+        self._set_disconnected(fault.reason)
+        key = (fault.kind, fault.cause)
+        if key not in self._reported:
+            self._reported.add(key)
+            logger.error(
+                "consumer cannot learn: %s; fix: %s",
+                fault.cause,
+                fault.fix,
+                extra={"fault": fault.kind.value},
+            )
+
+    def _retry_delay(self) -> float:
+        """The wait before the next attempt: the longest backoff while a fault needs a person."""
+        if self._fault is not None and not self._fault.retriable:
+            return self._settings.backoff_max_seconds
+        return self._backoff.next()
 
     def _update_lag(self, consumer: Consumer) -> None:
         try:
@@ -656,13 +803,24 @@ def _disconnection_reason(consumer: Consumer) -> str | None:
         return None
     try:
         if coordinator.coordinator_unknown():
-            return "the group coordinator is unreachable (broker down or restarting?)"
+            return COORDINATOR_UNREACHABLE
         # Until the member is stable in a generation it owns no partitions and learns nothing.
         if coordinator.generation_if_stable() is None:
-            return "joining the consumer group (rebalance in progress)"
+            return REBALANCING
     except Exception as exc:
         return f"cannot tell the connection state: {exc!r}"
     return None
+
+
+def _topic_in_metadata(consumer: Consumer, topic: str) -> bool | None:
+    """Whether the client's last metadata lists ``topic`` (``None``: this client cannot tell)."""
+    cluster = getattr(consumer, "_cluster", None)
+    if cluster is None:
+        return None
+    try:
+        return cluster.partitions_for_topic(topic) is not None
+    except Exception:
+        return None
 
 
 def _topic_partition(topic: str, partition: int) -> Any:

@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
 
+from consumers.faults import ConsumerFault
 from learning import Predictor
 from learning.encoders import Encoder
 from service import schemas
@@ -80,6 +81,9 @@ class RunnerView(Protocol):
 
     @property
     def not_ready_reason(self) -> str | None: ...
+
+    @property
+    def fault(self) -> ConsumerFault | None: ...
 
 
 class NovikoffApp(FastAPI):
@@ -381,7 +385,9 @@ def _add_read_routes(
         "/readyz",
         "Readiness",
         "200 when the model is loaded and the consumer is connected to Kafka; otherwise 503 with "
-        "a problem body whose `detail` gives the reason.",
+        "a problem body whose `detail` gives the reason; when the consumer meets an error "
+        "retrying cannot fix (codec, authorization, unknown topic), `consumer_error` gives its "
+        "kind, cause and fix.",
         (schemas.Ready, "Ready."),
         NOT_READY,
     )
@@ -389,7 +395,11 @@ def _add_read_routes(
         ready, reason = _readiness(engine, runner)
         metrics.set_ready(ready)
         if not ready:
-            return Problem(NOT_READY, "not-ready", f"not ready: {reason}").response()
+            fault = runner.fault if engine.restore_report is not None else None
+            extensions = {"consumer_error": fault.as_dict()} if fault is not None else None
+            return Problem(
+                NOT_READY, "not-ready", f"not ready: {reason}", extensions=extensions
+            ).response()
         return _json({"status": "ready"})
 
     @app.get(

@@ -123,7 +123,7 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     except (IncompatibleCheckpointError, OSError) as exc:
         raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
     metrics.record_stats(engine.snapshot.stats)
-    runner = ConsumerRunner(engine, store, runner_settings(settings))
+    runner = ConsumerRunner(engine, store, runner_settings(settings), fault_observer=metrics)
     app = create_app(settings, engine, runner, metrics)
     http = HttpServer(
         app,
@@ -143,6 +143,7 @@ def runner_settings(settings: Settings) -> RunnerSettings:
         producer_config=settings.kafka.producer_config(),
         dlq_topic=settings.kafka.dead_letter_topic,
         poll_timeout_ms=settings.kafka.poll_timeout_ms,
+        missing_topic_grace_seconds=settings.kafka.missing_topic_grace_seconds,
         checkpoint_every_events=settings.checkpoint.every_events,
         checkpoint_every_seconds=settings.checkpoint.every_seconds,
         shutdown_deadline_seconds=settings.service.shutdown_deadline_seconds

@@ -22,6 +22,15 @@ NOISY_LIBRARIES = ("kafka", "uvicorn.access")
 # During a broker outage kafka-python repeats the same error (with a traceback) on every
 # reconnect attempt; the runner already reports "lost" and "connected" once each.
 LIBRARY_REPEAT_WINDOW_S = 60.0
+REPORTED_BY_THE_RUNNER = frozenset(
+    {
+        ("kafka.cluster", "Topic %s not found in cluster metadata"),
+        ("kafka.cluster", "Topic %s is not authorized for this client"),
+        ("kafka.coordinator.assignors.range", "No partition metadata for topic %s"),
+    }
+)
+"""kafka-python records (logger, template) of causes the consumer runner reports itself, once
+per cause and with the fix (see ``consumers.faults``): they are dropped, not repeated."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -53,7 +62,8 @@ class LibraryRepeatFilter(logging.Filter):
 
     The first record of a kind keeps its level and text, so a real library error still shows;
     its repeats inside the window are dropped instead of flooding the log during an outage.
-    novikoff's own records always pass.
+    Records in :data:`REPORTED_BY_THE_RUNNER` are always dropped. novikoff's own records always
+    pass.
     """
 
     def __init__(self, window_s: float = LIBRARY_REPEAT_WINDOW_S) -> None:
@@ -66,6 +76,8 @@ class LibraryRepeatFilter(logging.Filter):
         if record.name != "kafka" and not record.name.startswith("kafka."):
             return True
         key = (record.name, record.msg)
+        if key in REPORTED_BY_THE_RUNNER:
+            return False
         now = time.monotonic()
         last = self._last_seen.get(key)
         if last is not None and now - last < self._window_s:

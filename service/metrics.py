@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
+from consumers.faults import FAULT_KINDS, ConsumerFault
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +181,14 @@ class Metrics:
             ["route", "method", "status"],
             buckets=REQUEST_SECONDS_BUCKETS,
         )
+        self._consumer_errors = counter(
+            "novikoff_consumer_errors",
+            "Errors the consumer met, by kind: codec, authorization and unknown_topic need a "
+            "person (see /readyz for the fix); transient ones are retried with backoff.",
+            ["kind"],
+        )
+        for kind in FAULT_KINDS:
+            self._consumer_errors.labels(kind=kind)
         self._totals: dict[str, float] = {}
         # labels() costs more than observe(); the few (route, method, status) children are cached.
         self._request_children: dict[tuple[str, str, int], Histogram] = {}
@@ -214,6 +223,12 @@ class Metrics:
     def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
         """Highwater marks changed: update the lag of every partition."""
         self._record_lag([progress.as_dict() for progress in partitions])
+
+    # -- the consumer runner's fault observer ---------------------------------------------------
+
+    def on_consumer_error(self, fault: ConsumerFault) -> None:
+        """Count one consumer error by its kind."""
+        self._consumer_errors.labels(kind=fault.kind.value).inc()
 
     # -- from /stats ---------------------------------------------------------------------------
 

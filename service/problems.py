@@ -55,6 +55,8 @@ class Problem(Exception):  # noqa: N818 - the RFC's own word for it
         Per-field errors, if any.
     headers
         Extra response headers (e.g. ``Allow`` for 405).
+    extensions
+        Extension members of the body (RFC 9457 section 3.2), e.g. ``consumer_error``.
     """
 
     def __init__(
@@ -64,6 +66,8 @@ class Problem(Exception):  # noqa: N818 - the RFC's own word for it
         detail: str,
         errors: Sequence[FieldError] = (),
         headers: Mapping[str, str] | None = None,
+        *,
+        extensions: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -71,6 +75,7 @@ class Problem(Exception):  # noqa: N818 - the RFC's own word for it
         self.detail = detail
         self.errors = tuple(errors)
         self.headers = dict(headers or {})
+        self.extensions = dict(extensions or {})
 
     def body(self) -> dict[str, Any]:
         """The JSON body of the problem."""
@@ -82,6 +87,8 @@ class Problem(Exception):  # noqa: N818 - the RFC's own word for it
         }
         if self.errors:
             content["errors"] = [error.to_json() for error in self.errors]
+        # Extension members never replace the standard ones.
+        content.update({k: v for k, v in self.extensions.items() if k not in content})
         return content
 
     def encode(self) -> bytes:
@@ -113,6 +120,14 @@ class FieldErrorModel(BaseModel):
     message: str = Field(description="What is wrong and what is expected.")
 
 
+class ConsumerErrorModel(BaseModel):
+    """A consumer error that needs a person."""
+
+    kind: str = Field(description="codec, authorization or unknown_topic.")
+    cause: str = Field(description="What happened, naming the topic, group or codec.")
+    fix: str = Field(description="What to do about it.")
+
+
 class ProblemModel(BaseModel):
     """RFC 9457 problem details."""
 
@@ -122,6 +137,10 @@ class ProblemModel(BaseModel):
     detail: str = Field(description="What is wrong with this request and how to fix it.")
     errors: list[FieldErrorModel] | None = Field(
         default=None, description="Per-field errors, when the request body is at fault."
+    )
+    consumer_error: ConsumerErrorModel | None = Field(
+        default=None,
+        description="On a 503 from /readyz: the consumer error retrying cannot fix, if any.",
     )
 
 

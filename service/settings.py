@@ -53,6 +53,7 @@ DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
 DEFAULT_MAX_POLL_RECORDS = 2_000
 DEFAULT_POLL_TIMEOUT_MS = 200
+DEFAULT_MISSING_TOPIC_GRACE_SECONDS = 10.0
 
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -95,6 +96,7 @@ class KafkaSettings(_Section):
     max_poll_interval_ms: int = Field(default=DEFAULT_MAX_POLL_INTERVAL_MS, gt=0)
     max_poll_records: int = Field(default=DEFAULT_MAX_POLL_RECORDS, gt=0)
     poll_timeout_ms: int = Field(default=DEFAULT_POLL_TIMEOUT_MS, gt=0)
+    missing_topic_grace_seconds: float = Field(default=DEFAULT_MISSING_TOPIC_GRACE_SECONDS, gt=0)
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_plain_username: str | None = None

@@ -110,6 +110,10 @@ class RunningService:
     stream: Stream
     log_path: Path
     port: int = field(default_factory=free_port)
+    create_topics: bool = True
+    """Create the topic and its dead-letter topic before starting (off: the topic is missing)."""
+    wait_until_ready: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
     _proc: subprocess.Popen[bytes] | None = None
     _client: httpx.Client | None = None
 
@@ -131,6 +135,7 @@ class RunningService:
                 "NOVIKOFF_HTTP__PORT": str(self.port),
                 "NOVIKOFF_CHECKPOINT__PATH": str(self.workdir / "state"),
                 **TEST_GROUP_TIMING,
+                **self.extra_env,
             }
         )
         return env
@@ -138,8 +143,9 @@ class RunningService:
     def start(self) -> RunningService:
         # Topics first: a broker may auto-create a topic on the consumer's first metadata request,
         # with its own default partition count instead of the one partition the stream asks for.
-        kafka = load_settings(kafka={"bootstrap_servers": self.bootstrap}).kafka
-        ensure_topics(kafka, [self.topic, f"{self.topic}.dlq"])
+        if self.create_topics:
+            kafka = load_settings(kafka={"bootstrap_servers": self.bootstrap}).kafka
+            ensure_topics(kafka, [self.topic, f"{self.topic}.dlq"])
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child process
         self._proc = subprocess.Popen(
             novikoff_command("serve"),
@@ -149,13 +155,19 @@ class RunningService:
             stderr=subprocess.STDOUT,
         )
         self._client = httpx.Client(base_url=self.base_url, timeout=10.0)
-        self.wait_ready()
+        if self.wait_until_ready:
+            self.wait_ready()
         return self
 
     def get(self, path: str) -> httpx.Response:
         if self._client is None:
             raise RuntimeError("service not started")
         return self._client.get(path)
+
+    def post(self, path: str, body: object) -> httpx.Response:
+        if self._client is None:
+            raise RuntimeError("service not started")
+        return self._client.post(path, json=body)
 
     def stats(self) -> dict[str, Any]:
         response = self.get("/stats")

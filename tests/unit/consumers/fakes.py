@@ -125,3 +125,37 @@ class FakeConsumer:
         if self.assigned and self.listener is not None:
             self.listener.on_partitions_revoked(set(self.assigned))
         self.closed = True
+
+
+class FakeCluster:
+    """kafka-python's metadata cache as the runner reads it: the partitions of known topics."""
+
+    def __init__(self, topics: dict[str, set[int]] | None = None) -> None:
+        self.topics = dict(topics or {})
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return self.topics.get(topic)
+
+
+class FaultyConsumer(FakeConsumer):
+    """A fake consumer whose polls raise the scripted errors first, then read its partitions.
+
+    ``failures`` holds the exceptions the next polls raise, in order; ``_cluster`` is the
+    metadata cache (a topic missing there is missing from the cluster).
+    """
+
+    def __init__(
+        self,
+        partitions: dict[tuple[str, int], list[bytes]],
+        failures: Sequence[BaseException] = (),
+        cluster: FakeCluster | None = None,
+    ) -> None:
+        super().__init__(partitions)
+        self.failures = list(failures)
+        self._cluster = cluster
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Record]]:
+        if self.failures:
+            self.poll_calls += 1
+            raise self.failures.pop(0)
+        return super().poll(timeout_ms, max_records)

@@ -12,6 +12,7 @@ import orjson
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine
 from consumers.events import Record
+from consumers.faults import ConsumerFault
 from service.metrics import Metrics
 from service.model import build_learner, build_tracker
 from service.settings import Settings
@@ -26,6 +27,7 @@ class FakeRunner:
 
     connected: bool = True
     not_ready_reason: str | None = None
+    fault: ConsumerFault | None = None
 
 
 def trained_engine(

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from consumers.faults import unknown_topic
 from service.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings, load_settings
@@ -287,6 +288,28 @@ def test_health_and_readiness(client: TestClient, runner: FakeRunner) -> None:
     assert "cannot reach the broker" in problem["detail"]
     assert client.get("/stats").json()["ready"] is False
     assert client.get("/healthz").status_code == 200
+
+
+def test_readiness_names_a_consumer_fault_its_cause_and_fix(
+    client: TestClient, runner: FakeRunner
+) -> None:
+    fault = unknown_topic("events", "127.0.0.1:9092", 10.0)
+    runner.connected = False
+    runner.not_ready_reason = fault.reason
+    runner.fault = fault
+    problem = assert_problem(client.get("/readyz"), 503)
+    assert problem["detail"] == f"not ready: {fault.reason}"
+    assert "create it" in problem["detail"]
+    assert problem["consumer_error"] == {
+        "kind": "unknown_topic",
+        "cause": fault.cause,
+        "fix": fault.fix,
+    }
+    assert client.post("/predict", json={"features": [1.0]}).status_code == 200
+    # Control: a plain disconnection carries no consumer_error.
+    runner.fault = None
+    runner.not_ready_reason = "joining the consumer group (rebalance in progress)"
+    assert "consumer_error" not in assert_problem(client.get("/readyz"), 503)
 
 
 def test_metrics_endpoint_serves_the_registry(

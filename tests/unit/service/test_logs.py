@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from service.logs import LibraryRepeatFilter, configure_logging
+from service.logs import REPORTED_BY_THE_RUNNER, LibraryRepeatFilter, configure_logging
 from service.settings import LoggingSettings
 
 
@@ -69,3 +69,11 @@ def test_library_repeat_is_let_through_again_after_the_window() -> None:
     repeat_filter = LibraryRepeatFilter(window_s=0.0)
     assert repeat_filter.filter(_kafka_record("kafka.conn", "connect to %s failed"))
     assert repeat_filter.filter(_kafka_record("kafka.conn", "connect to %s failed"))
+
+
+def test_library_records_of_causes_the_runner_reports_are_dropped() -> None:
+    repeat_filter = LibraryRepeatFilter(window_s=0.0)
+    for name, template in REPORTED_BY_THE_RUNNER:
+        assert not repeat_filter.filter(_kafka_record(name, template))
+    # Control: another record of the same logger still shows.
+    assert repeat_filter.filter(_kafka_record("kafka.cluster", "Metadata refresh: failed %s"))

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.checkpoint import CheckpointStore
+from consumers.faults import FAULT_KINDS, ConsumerFault, FaultKind, unknown_topic
 from service.metrics import Metrics
 from service.settings import load_settings
 from tests.unit.service.engines import PLA_EVENTS, trained_engine
@@ -178,3 +179,21 @@ def test_checkpoints_are_counted(tmp_path: Path) -> None:
     size = registry.get_sample_value("novikoff_checkpoint_size_bytes")
     assert size is not None and size > 0
     assert registry.get_sample_value("novikoff_checkpoint_duration_seconds_count") == 1
+
+
+def test_consumer_errors_are_counted_by_kind(registry: CollectorRegistry) -> None:
+    metrics = Metrics(registry)
+    name = "novikoff_consumer_errors_total"
+    # Every kind is exported from the start, at zero.
+    assert {kind: registry.get_sample_value(name, {"kind": kind}) for kind in FAULT_KINDS} == {
+        "codec": 0.0,
+        "authorization": 0.0,
+        "unknown_topic": 0.0,
+        "transient": 0.0,
+    }
+    metrics.on_consumer_error(unknown_topic("events", "127.0.0.1:9092", 10.0))
+    metrics.on_consumer_error(ConsumerFault(FaultKind.TRANSIENT, "consumer error: reset"))
+    metrics.on_consumer_error(ConsumerFault(FaultKind.TRANSIENT, "consumer error: reset"))
+    assert registry.get_sample_value(name, {"kind": "unknown_topic"}) == 1.0
+    assert registry.get_sample_value(name, {"kind": "transient"}) == 2.0
+    assert registry.get_sample_value(name, {"kind": "codec"}) == 0.0
