@@ -1,7 +1,7 @@
 """End to end through a broker: the service's consumer path against a bare kafka-python consumer.
 
 The broker is started by the service's own code (:func:`service.broker.make_broker`) on loopback:
-Apache Kafka (KRaft, one node) unless ``NOVIKOFF_BENCH_BROKER=tansu`` asks for the embedded Tansu
+Apache Kafka (KRaft, one node) unless ``BENCH_BROKER=tansu`` asks for the embedded Tansu
 of ``novikoff demo``; or it is the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``. The record names
 which (``broker``, ``broker_kind``). One topic with one partition receives ``EVENTS`` synthetic
 events (:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in
@@ -63,14 +63,15 @@ PRODUCER_BATCH_BYTES = 1 << 20
 DRAIN_TIMEOUT_S = 180.0
 WATCH_INTERVAL_S = 0.002
 STOP_TIMEOUT_S = 30.0
-BROKER_ENV_VAR = "NOVIKOFF_BENCH_BROKER"
+BROKER_ENV_VAR = "BENCH_BROKER"
+"""Not ``NOVIKOFF_*``: the service's settings refuse unknown variables of that prefix."""
 DEFAULT_BROKER: BrokerKind = "apache"
 
 _groups = itertools.count()
 
 
 def broker_kind() -> BrokerKind:
-    """The broker kind ``NOVIKOFF_BENCH_BROKER`` asks for (default Apache Kafka)."""
+    """The broker kind ``BENCH_BROKER`` asks for (default Apache Kafka)."""
     wanted = os.environ.get(BROKER_ENV_VAR, "").strip() or DEFAULT_BROKER
     for kind in BROKER_KINDS:
         if kind == wanted:

@@ -37,12 +37,16 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
+
 logger = logging.getLogger(__name__)
 
 CONFIG_ENV_VAR = "NOVIKOFF_CONFIG"
 ENV_PREFIX = "NOVIKOFF_"
 ENV_NESTED_DELIMITER = "__"
 BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
+NON_SETTING_ENV_VARS = frozenset({CONFIG_ENV_VAR, BROKER_CACHE_ENV_VAR})
+"""novikoff's variables that are no setting: the config file, the Apache Kafka jar cache."""
 
 # Tansu joins a consumer group in ~(rebalance timeout)/13; these keep a join at ~3 s.
 DEFAULT_SESSION_TIMEOUT_MS = 6_000
@@ -449,7 +453,7 @@ def _reject_unknown_env_vars() -> None:
     )
     problems = []
     for name in os.environ:
-        if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV_VAR:
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() in NON_SETTING_ENV_VARS:
             continue
         match = pattern.match(name)
         if match is None or match.group(1).lower() not in sections:

@@ -13,6 +13,7 @@ import pytest
 from service import broker
 from service.brokers import distribution
 from service.brokers.apache import new_cluster_id
+from service.settings import SettingsError, load_settings
 
 POM = """<?xml version="1.0"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -150,3 +151,11 @@ def test_an_apache_broker_without_its_jars_is_refused_before_anything_starts(
     with pytest.raises(distribution.BrokerUnavailableError, match="make kafka-deps"):
         broker.make_broker("apache", data_dir=tmp_path / "data")
     assert not (tmp_path / "data").exists()
+
+
+def test_the_cache_variable_is_no_unknown_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(distribution.CACHE_ENV_VAR, "/somewhere")
+    load_settings()
+    monkeypatch.setenv("NOVIKOFF_CACHEDIR", "/somewhere")  # control: a misspelt one is refused
+    with pytest.raises(SettingsError, match="NOVIKOFF_CACHEDIR"):
+        load_settings()
