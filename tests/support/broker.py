@@ -15,9 +15,14 @@ import re
 import shutil
 from pathlib import Path
 
-from service.broker import ApacheKafkaBroker, external_bootstrap, free_port, kafka_bootstrap
+from service.broker import (
+    ApacheKafkaBroker,
+    external_bootstrap,
+    free_port,
+    kafka_bootstrap,
+    wait_for_port,
+)
 from service.broker import EmbeddedBroker as TansuBroker
-from service.brokers.net import wait_for_port
 
 __all__ = [
     "ApacheBrokerFactory",

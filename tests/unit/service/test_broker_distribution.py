@@ -13,7 +13,8 @@ import pytest
 from service import broker
 from service.brokers import distribution
 from service.brokers.apache import new_cluster_id
-from service.settings import SettingsError, load_settings
+from service.cli import build_parser
+from service.settings import BOOTSTRAP_ENV_VAR, SettingsError, load_settings
 
 POM = """<?xml version="1.0"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -159,3 +160,23 @@ def test_the_cache_variable_is_no_unknown_setting(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("NOVIKOFF_CACHEDIR", "/somewhere")  # control: a misspelt one is refused
     with pytest.raises(SettingsError, match="NOVIKOFF_CACHEDIR"):
         load_settings()
+
+
+def test_the_demo_broker_is_tansu_and_the_standalone_one_apache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(BOOTSTRAP_ENV_VAR, raising=False)
+    monkeypatch.setenv(distribution.CACHE_ENV_VAR, str(tmp_path))  # no Apache Kafka jars here
+    started: list[str] = []
+
+    def start(self: broker.EmbeddedBroker) -> broker.EmbeddedBroker:
+        started.append(self.kind)
+        return self
+
+    monkeypatch.setattr(broker.EmbeddedBroker, "start", start)
+    monkeypatch.setattr(broker.EmbeddedBroker, "stop", lambda self: None)
+    with broker.kafka_bootstrap():
+        assert started == ["tansu"]
+    with pytest.raises(distribution.BrokerUnavailableError), broker.kafka_bootstrap(kind="apache"):
+        pass
+    assert build_parser().parse_args(["broker"]).kind == "apache"
