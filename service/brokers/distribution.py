@@ -10,6 +10,7 @@ Standard library only: the script runs this before any virtualenv exists.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -28,7 +29,8 @@ CACHE_ENV_VAR = "NOVIKOFF_CACHE_DIR"
 XDG_CACHE_ENV_VAR = "XDG_CACHE_HOME"
 CACHE_SUBDIR = "novikoff"
 STAMP_NAME = ".complete"
-"""Written by the install script after the last jar is copied: a cache without it is unusable."""
+"""Written by the install script after the last jar is copied, holding the pom's digest: a cache
+without it, or copied for another pom, is not used."""
 
 JAVA_HOME_ENV_VAR = "JAVA_HOME"
 INSTALL_COMMAND = "make kafka-deps"
@@ -53,6 +55,11 @@ def kafka_version(pom: Path = POM_PATH) -> str:
     return (node.text or "").strip()
 
 
+def pom_digest(pom: Path = POM_PATH) -> str:
+    """SHA-256 of ``pom``: a changed pin (any dependency) makes the cached copy stale."""
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
+
+
 def cache_root() -> Path:
     """``$NOVIKOFF_CACHE_DIR``, else ``$XDG_CACHE_HOME/novikoff``, else ``~/.cache/novikoff``."""
     explicit = os.environ.get(CACHE_ENV_VAR, "").strip()
@@ -68,6 +75,7 @@ class Distribution:
 
     version: str
     home: Path
+    digest: str
 
     @property
     def libs(self) -> Path:
@@ -81,8 +89,11 @@ class Distribution:
 
     @property
     def installed(self) -> bool:
-        """Whether the jar copy is complete."""
-        return self.stamp.is_file()
+        """Whether the jar copy is complete and was made for the current pom."""
+        try:
+            return self.stamp.read_text().strip() == self.digest
+        except OSError:
+            return False
 
     @property
     def classpath(self) -> str:
@@ -93,7 +104,7 @@ class Distribution:
 def distribution() -> Distribution:
     """The pinned version and its cache directory (``<cache root>/kafka-<version>``)."""
     version = kafka_version()
-    return Distribution(version, cache_root() / f"kafka-{version}")
+    return Distribution(version, cache_root() / f"kafka-{version}", pom_digest())
 
 
 def find_java() -> str | None:
@@ -113,7 +124,10 @@ def require() -> tuple[str, Distribution]:
         what
         for what, absent in (
             ("Java 17 (no java on PATH or in $JAVA_HOME)", java is None),
-            (f"the Apache Kafka {dist.version} jars (none in {dist.libs})", not dist.installed),
+            (
+                f"the Apache Kafka {dist.version} jars (none for this pom in {dist.libs})",
+                not dist.installed,
+            ),
         )
         if absent
     ]
@@ -127,8 +141,8 @@ def require() -> tuple[str, Distribution]:
 
 
 def shell_assignments() -> str:
-    """``KAFKA_VERSION``, ``KAFKA_HOME``, ``KAFKA_LIBS`` and ``KAFKA_STAMP`` for the install
-    script to ``eval``."""
+    """``KAFKA_VERSION``, ``KAFKA_HOME``, ``KAFKA_LIBS``, ``KAFKA_STAMP``, ``KAFKA_POM`` and
+    ``KAFKA_POM_DIGEST`` for the install script to ``eval``."""
     dist = distribution()
     values = {
         "KAFKA_VERSION": dist.version,
@@ -136,6 +150,7 @@ def shell_assignments() -> str:
         "KAFKA_LIBS": str(dist.libs),
         "KAFKA_STAMP": str(dist.stamp),
         "KAFKA_POM": str(POM_PATH),
+        "KAFKA_POM_DIGEST": dist.digest,
     }
     return "\n".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
 

@@ -75,7 +75,7 @@ def fake_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, stamp: bool
     home = distribution.distribution().home
     home.mkdir(parents=True)
     if stamp:
-        (home / distribution.STAMP_NAME).touch()
+        (home / distribution.STAMP_NAME).write_text(distribution.pom_digest() + "\n")
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
     java.touch()
@@ -89,6 +89,15 @@ def test_a_complete_cache_and_java_are_enough(
     java, dist = distribution.require()
     assert java == str(tmp_path / "jdk" / "bin" / "java")
     assert dist.installed
+
+
+def test_a_cache_copied_for_another_pom_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_install(monkeypatch, tmp_path, stamp=True)
+    assert distribution.distribution().installed  # control
+    distribution.distribution().stamp.write_text("digest-of-an-older-pom\n")
+    assert not distribution.distribution().installed
 
 
 def test_a_cache_without_its_stamp_names_the_jars_and_the_command(
