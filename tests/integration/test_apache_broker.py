@@ -1,6 +1,7 @@
 """The Apache Kafka broker the suite runs on (:class:`service.broker.ApacheKafkaBroker`): no topic
-is created by a metadata request, and a SIGKILL then a restart on the same port and data
-directory gives back every topic, record and committed offset."""
+is created by a metadata request, a SIGKILL then a restart on the same port and data directory
+gives back every topic, record and committed offset, and clients can reach it through a proxy
+whose port it advertises."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import uuid
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import NewTopic
+from kafka.errors import KafkaError
 
 from service.brokers.net import LOOPBACK, accepts
-from tests.support.broker import ApacheBrokerFactory
+from tests.support.broker import ApacheBrokerFactory, free_port
+from tests.support.proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 
@@ -98,3 +101,33 @@ def test_metadata_requests_create_no_topic(apache_broker_factory: ApacheBrokerFa
         assert created in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_clients_reach_an_advertised_proxy_port(apache_broker_factory: ApacheBrokerFactory) -> None:
+    proxy_port = free_port()
+    broker = apache_broker_factory(advertised_port=proxy_port).start()  # before its proxy runs
+    assert broker.bootstrap == f"{LOOPBACK}:{proxy_port}"
+    topic = f"proxied-{uuid.uuid4().hex[:8]}"
+    with FaultProxy(listen_port=proxy_port, target_port=broker.port) as proxy:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        producer.send(topic, value=b"through the proxy")
+        producer.flush()
+        producer.close()
+        consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=CONSUME_TIMEOUT_MS,
+        )
+        try:
+            assert next(consumer).value == b"through the proxy"
+        finally:
+            consumer.close()
+        proxy.cut()  # control: with the path cut, the advertised address answers nothing
+        with pytest.raises(KafkaError):
+            KafkaAdminClient(bootstrap_servers=broker.bootstrap, bootstrap_timeout_ms=2000)
