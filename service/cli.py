@@ -1,15 +1,26 @@
-"""The ``novikoff`` command: ``serve``, ``produce``, ``fit`` and ``demo``."""
+"""The ``novikoff`` command: ``serve``, ``produce``, ``fit``, ``demo`` and ``broker``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from service import produce
 from service.assembly import run_service
+from service.broker import (
+    BROKER_KINDS,
+    BrokerKind,
+    BrokerStartError,
+    BrokerUnavailableError,
+    make_broker,
+)
+from service.brokers.net import LOOPBACK
 from service.demo import DemoOptions, run_demo
 from service.offline import fit_file
 from service.settings import Settings, SettingsError, load_settings
@@ -32,6 +43,11 @@ DEFAULT_MALFORMED = 0.0
 DEFAULT_DEMO_RATE = 200.0
 DEFAULT_DEMO_MALFORMED = 0.005
 DEFAULT_DEMO_DIM = 10
+DEFAULT_BROKER_KIND = "apache"
+BROKER_LOG_NAME = "broker.log"
+BOOTSTRAP_LINE_PREFIX = "KAFKA_BOOTSTRAP_SERVERS="
+BROKER_WATCH_S = 1.0
+KAFKA_CLIENT_LOGGER = "kafka"
 
 DESCRIPTION = """\
 novikoff learns a perceptron online from labelled events on a Kafka topic, serves predictions over
@@ -46,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_produce(commands)
     _add_fit(commands)
     _add_demo(commands)
+    _add_broker(commands)
     return parser
 
 
@@ -215,6 +232,32 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     _add_stream_options(parser, dim=DEFAULT_DEMO_DIM, malformed=DEFAULT_DEMO_MALFORMED)
 
 
+def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "broker",
+        help="run a development Kafka broker in the foreground",
+        description="Start a single-node broker on loopback and print one line, "
+        f"{BOOTSTRAP_LINE_PREFIX}{LOOPBACK}:PORT, once it accepts connections. "
+        "SIGTERM or Ctrl-C stops it. Apache Kafka needs Java 17 and its jars "
+        "(`make kafka-deps`).",
+    )
+    parser.add_argument(
+        "--kind",
+        choices=BROKER_KINDS,
+        default=DEFAULT_BROKER_KIND,
+        help=f"apache: Apache Kafka, KRaft, data on disk; tansu: embedded Tansu, memory only "
+        f"(default {DEFAULT_BROKER_KIND})",
+    )
+    parser.add_argument("--port", type=int, help="port to listen on (default: a free one)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="Apache Kafka's storage, kept across restarts, and its log "
+        f"({BROKER_LOG_NAME}) (default: a temporary directory removed on exit)",
+    )
+
+
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -316,7 +359,63 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(options)
 
 
-COMMANDS = {"serve": cmd_serve, "produce": cmd_produce, "fit": cmd_fit, "demo": cmd_demo}
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    """``novikoff broker``: runs until SIGTERM or Ctrl-C, then stops the broker (exit 0)."""
+    if args.kind == "tansu":
+        if args.data_dir is not None:
+            print(
+                "novikoff broker: Tansu keeps its data in memory only; --data-dir needs "
+                "--kind apache",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        return _run_broker(args.kind, args.port, None)
+    if args.data_dir is not None:
+        return _run_broker(args.kind, args.port, args.data_dir)
+    with tempfile.TemporaryDirectory(prefix="novikoff-broker-") as scratch:
+        return _run_broker(args.kind, args.port, Path(scratch))
+
+
+def _run_broker(kind: BrokerKind, port: int | None, data_dir: Path | None) -> int:
+    """Start the broker, print the bootstrap line, wait for SIGTERM or Ctrl-C, stop it."""
+    log_path = data_dir / BROKER_LOG_NAME if data_dir is not None else None
+    # The readiness probe's client logs every connection step at INFO.
+    logging.getLogger(KAFKA_CLIENT_LOGGER).setLevel(logging.WARNING)
+    try:
+        broker = make_broker(kind, port=port, data_dir=data_dir, log_path=log_path)
+    except BrokerUnavailableError as exc:
+        print(f"novikoff broker: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    # SIGTERM takes Ctrl-C's path, so a signal during start-up stops the broker too.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        broker.start()
+        print(f"{BOOTSTRAP_LINE_PREFIX}{broker.bootstrap}", flush=True)
+        print(f"novikoff broker: {broker.description}, log: {log_path}", file=sys.stderr)
+        while broker.running:
+            time.sleep(BROKER_WATCH_S)
+        print("novikoff broker: the broker exited by itself", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokerStartError as exc:
+        print(f"novikoff broker: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_OK
+    finally:
+        broker.stop()
+
+
+COMMANDS = {
+    "serve": cmd_serve,
+    "produce": cmd_produce,
+    "fit": cmd_fit,
+    "demo": cmd_demo,
+    "broker": cmd_broker,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

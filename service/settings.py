@@ -37,12 +37,16 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
+
 logger = logging.getLogger(__name__)
 
 CONFIG_ENV_VAR = "NOVIKOFF_CONFIG"
 ENV_PREFIX = "NOVIKOFF_"
 ENV_NESTED_DELIMITER = "__"
 BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
+NON_SETTING_ENV_VARS = frozenset({CONFIG_ENV_VAR, BROKER_CACHE_ENV_VAR})
+"""novikoff's variables that are no setting: the config file, the Apache Kafka jar cache."""
 
 # Group timing: Apache Kafka's own consumer defaults (KIP-735 raised the session timeout to 45 s).
 # A member is declared dead after a session timeout without heartbeats, so this bounds how long a
@@ -454,7 +458,7 @@ def _reject_unknown_env_vars() -> None:
     )
     problems = []
     for name in os.environ:
-        if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV_VAR:
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() in NON_SETTING_ENV_VARS:
             continue
         match = pattern.match(name)
         if match is None or match.group(1).lower() not in sections:

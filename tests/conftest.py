@@ -20,9 +20,33 @@ def artifacts_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(artifacts_dir: Path) -> Iterator[str]:
-    """A real broker: ``KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded Tansu."""
-    with broker.kafka_bootstrap(artifacts_dir / "tansu.log") as bootstrap:
-        yield bootstrap
+    """A real broker: ``KAFKA_BOOTSTRAP_SERVERS`` when set, else one Apache Kafka for the whole
+    session (storage and log under ``test-artifacts/kafka/``)."""
+    external = broker.external_bootstrap()
+    if external:
+        yield external
+        return
+    with broker.session_broker(artifacts_dir) as apache:
+        yield apache.bootstrap
+
+
+@pytest.fixture(scope="session")
+def tansu_bootstrap(artifacts_dir: Path) -> Iterator[str]:
+    """The embedded Tansu of ``novikoff demo``, for the smoke subset that keeps it covered."""
+    with broker.TansuBroker(artifacts_dir / "tansu.log") as tansu:
+        yield tansu.bootstrap
+
+
+@pytest.fixture
+def apache_broker_factory(
+    tmp_path: Path, artifacts_dir: Path, request: pytest.FixtureRequest
+) -> Iterator[broker.ApacheBrokerFactory]:
+    """Makes dedicated, restartable Apache Kafka brokers for one test; stops them after it."""
+    factory = broker.ApacheBrokerFactory(tmp_path, artifacts_dir, request.node.name)
+    try:
+        yield factory
+    finally:
+        factory.close()
 
 
 @pytest.fixture
