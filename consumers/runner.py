@@ -217,6 +217,8 @@ class Consumer(Protocol):
 
     def subscribe(self, topics: Sequence[str], listener: Any = None) -> None: ...
 
+    def partitions_for_topic(self, topic: str) -> set[int]: ...
+
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> Mapping[Any, list[Any]]: ...
@@ -624,6 +626,9 @@ class ConsumerRunner:
     def _open(self) -> bool:
         try:
             consumer = self._consumer_factory(self._settings)
+            # The topic's metadata before the first join: a group leader that has none assigns
+            # the topic no partitions, and kafka-python may not refresh it for minutes.
+            consumer.partitions_for_topic(self._settings.topic)
             consumer.subscribe([self._settings.topic], listener=_Listener(self))
         except Exception as exc:
             fault = self._classify(exc)

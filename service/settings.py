@@ -101,6 +101,7 @@ class KafkaSettings(_Section):
     max_poll_records: int = Field(default=DEFAULT_MAX_POLL_RECORDS, gt=0)
     poll_timeout_ms: int = Field(default=DEFAULT_POLL_TIMEOUT_MS, gt=0)
     missing_topic_grace_seconds: float = Field(default=DEFAULT_MISSING_TOPIC_GRACE_SECONDS, gt=0)
+    replication_factor: int | None = Field(default=None, ge=1)
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_plain_username: str | None = None

@@ -13,8 +13,8 @@ from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
-REPLICATION_FACTOR = 1
-"""The demo and tests run one broker; real clusters create their topics with their own policy."""
+BROKER_DEFAULT_REPLICATION = -1
+"""CreateTopics' "use the broker's ``default.replication.factor``" (KIP-464)."""
 
 
 def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 1) -> list[str]:
@@ -28,7 +28,15 @@ def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 
         Topic names.
     partitions
         Partition count of each topic created.
+
+    Each topic gets ``kafka.replication_factor`` replicas, or the broker's
+    ``default.replication.factor`` when that setting is unset.
     """
+    replication = (
+        kafka.replication_factor
+        if kafka.replication_factor is not None
+        else BROKER_DEFAULT_REPLICATION
+    )
     admin = KafkaAdminClient(**kafka.client_config())
     try:
         existing = set(admin.list_topics())
@@ -36,7 +44,7 @@ def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 
         created = []
         for name in wanted:
             try:
-                admin.create_topics([NewTopic(name, partitions, REPLICATION_FACTOR)])
+                admin.create_topics([NewTopic(name, partitions, replication)])
             except TopicAlreadyExistsError:
                 continue
             created.append(name)

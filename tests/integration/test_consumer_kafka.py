@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine
 from consumers.runner import ConsumerRunner, RunnerSettings
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron, Reference
+from service.settings import load_settings
+from service.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +38,10 @@ GROUP_TIMING = {
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
+    """The topic and its dead-letter topic: nothing relies on the broker creating them."""
+    kafka = load_settings(kafka={"bootstrap_servers": bootstrap}).kafka
+    ensure_topics(kafka, [topic], partitions=partitions)
+    ensure_topics(kafka, [f"{topic}.dlq"])
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0) -> None:

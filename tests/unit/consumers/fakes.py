@@ -68,8 +68,15 @@ class FakeConsumer:
         self.closed = False
         self.poll_calls = 0
         self.pending_assignment: list[Any] | None = None
+        self.metadata_fetched: list[str] = []
+        self.metadata_before_subscribe: list[str] | None = None
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        self.metadata_fetched.append(topic)
+        return {p for (t, p) in self.logs if t == topic}
 
     def subscribe(self, topics: Sequence[str], listener: Any = None) -> None:
+        self.metadata_before_subscribe = list(self.metadata_fetched)
         self.listener = listener
         self.pending_assignment = [
             TopicPartition(t, p) for (t, p) in sorted(self.logs) if t in topics
