@@ -67,7 +67,8 @@ DEFAULT_AUTH_LOCKOUT_SECONDS = 60.0
 DEFAULT_AUTH_MAX_TRACKED_CLIENTS = 10_000
 TOKENS_ENV_VAR = "NOVIKOFF_HTTP_TOKENS"
 """Bearer tokens of the HTTP API (see :mod:`service.auth.tokens`); never read from the TOML."""
-PROBE_PATHS = ("/metrics", "/healthz", "/readyz")
+ProbePath = Literal["/metrics", "/healthz", "/readyz"]
+PROBE_PATHS: tuple[ProbePath, ...] = ("/metrics", "/healthz", "/readyz")
 """The routes that are open by default (probes and Prometheus) and can be closed."""
 
 DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
@@ -293,7 +294,7 @@ class HttpSettings(_Section):
     auth: Literal["none", "token"] = "none"
     tokens_file: Path | None = None
     tokens_reload_seconds: float = Field(default=DEFAULT_TOKENS_RELOAD_SECONDS, ge=0)
-    open_paths: tuple[Literal["/metrics", "/healthz", "/readyz"], ...] = PROBE_PATHS
+    open_paths: tuple[ProbePath, ...] = PROBE_PATHS
     auth_failure_limit: int = Field(default=DEFAULT_AUTH_FAILURE_LIMIT, ge=1)
     auth_failure_window_seconds: float = Field(default=DEFAULT_AUTH_FAILURE_WINDOW_SECONDS, gt=0)
     auth_lockout_seconds: float = Field(default=DEFAULT_AUTH_LOCKOUT_SECONDS, gt=0)
