@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -104,30 +104,41 @@ def _entry(item: str, where: str) -> TokenEntry:
     return TokenEntry(digest(token), frozenset(scopes))  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True, repr=False)
 class TokenTable:
-    """The tokens valid at one moment."""
+    """The tokens valid at one moment (a token listed twice holds the union of its scopes).
 
-    entries: tuple[TokenEntry, ...] = ()
+    Parameters
+    ----------
+    entries
+        The tokens' digests and scopes.
+    """
+
+    def __init__(self, entries: Iterable[TokenEntry] = ()) -> None:
+        merged: dict[bytes, frozenset[Scope]] = {}
+        for entry in entries:
+            merged[entry.digest] = merged.get(entry.digest, frozenset()) | entry.scopes
+        self._digests = tuple(merged)
+        # Index 0 is "no match"; token i (from 1) answers with _scopes[i].
+        self._scopes: tuple[frozenset[Scope] | None, ...] = (None, *merged.values())
 
     def __repr__(self) -> str:
-        return f"TokenTable({len(self.entries)} tokens)"
+        return f"TokenTable({len(self)} tokens)"
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self._digests)
 
     def scopes_of(self, presented: str) -> frozenset[Scope] | None:
         """The scopes of ``presented``, or None when no token matches.
 
-        Every stored digest is compared, whatever matched before, so the time does not say which
-        token matched; comparing fixed-length digests makes it independent of the guess's prefix.
+        Every stored digest is compared and the match's index accumulated without a branch, so
+        the time says neither which token matched nor how much of one a guess shares (digests
+        are compared, not the tokens). At most one digest can match: they are distinct.
         """
         candidate = digest(presented)
-        found: frozenset[Scope] | None = None
-        for entry in self.entries:
-            if hmac.compare_digest(candidate, entry.digest):
-                found = entry.scopes
-        return found
+        index = 0
+        for position, stored in enumerate(self._digests, start=1):
+            index |= position * hmac.compare_digest(candidate, stored)
+        return self._scopes[index]
 
 
 def _file_identity(path: Path) -> tuple[int, int, int]:
@@ -171,7 +182,7 @@ class TokenSource:
                 raise TokenConfigError(f"http.tokens_file {self.path}: {exc}") from None
         self._table = TokenTable(self._env_entries + file_entries)
         self._checked_at = self.clock()
-        if not self._table.entries:
+        if not len(self._table):
             raise TokenConfigError(
                 f'http.auth = "token" needs at least one token in ${TOKENS_ENV_VAR} or '
                 "http.tokens_file (format: scope[,scope...]:token)"
