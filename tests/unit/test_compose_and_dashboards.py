@@ -218,6 +218,8 @@ def test_novikoff_config_loads_with_the_compose_environment(
     assert settings.http.port == NOVIKOFF_PORT
     assert settings.kafka.bootstrap_servers == env["KAFKA_BOOTSTRAP_SERVERS"]
     assert [reference.name for reference in settings.bound.references] == ["u"]
+    assert settings.http.auth == "token"
+    assert "/metrics" in settings.http.open_paths, "the bundled Prometheus scrapes without a token"
 
 
 def test_novikoff_reads_its_tokens_from_a_secret(

@@ -182,7 +182,7 @@ def test_the_scheme_is_case_insensitive_and_other_schemes_are_no_token(client: T
 
 def test_an_address_failing_too_often_is_locked_out(tmp_path: Path) -> None:
     test_client, registry = make_client(settings_with(), tmp_path)
-    other_client, _ = make_client(settings_with(), tmp_path / "other", address="10.0.0.9")
+    other_client = TestClient(test_client.app, client=("10.0.0.9", 50_000))
     with test_client:
         for _ in range(FAILURE_LIMIT):
             assert_refused(call(test_client, "GET", "/model", WRONG), 401, "read")
@@ -192,14 +192,32 @@ def test_an_address_failing_too_often_is_locked_out(tmp_path: Path) -> None:
         assert int(locked.headers["retry-after"]) >= 1
         assert call(test_client, "POST", "/predict", PREDICT).status_code == 429
         assert call(test_client, "GET", "/healthz", None).status_code == 200
+        assert call(other_client, "GET", "/model", READ).status_code == 200
         failures = "novikoff_http_auth_failures_total"
         assert registry.get_sample_value(failures, {"outcome": "invalid"}) == FAILURE_LIMIT
         assert registry.get_sample_value(failures, {"outcome": "locked_out"}) == 2
         assert registry.get_sample_value("novikoff_http_auth_lockouts_total") == 1
         metrics_text = test_client.get("/metrics").text
         assert 'novikoff_http_auth_failures_total{outcome="missing"} 0.0' in metrics_text
-    with other_client:
-        assert call(other_client, "GET", "/model", READ).status_code == 200
+
+
+def test_rotation_through_the_tokens_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tokens valid, then one withdrawn by rewriting the file (re-read on change)."""
+    monkeypatch.delenv(TOKENS_ENV_VAR)
+    old, new = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"read:{old}\n")
+    settings = settings_with(tokens_file=str(token_file), tokens_reload_seconds=0)
+    test_client, _ = make_client(settings, tmp_path)
+    with test_client:
+        assert call(test_client, "GET", "/model", old).status_code == 200
+        assert call(test_client, "GET", "/model", new).status_code == 401
+        token_file.write_text(f"read:{old}\nread:{new}\n")
+        assert call(test_client, "GET", "/model", old).status_code == 200
+        assert call(test_client, "GET", "/model", new).status_code == 200
+        token_file.write_text(f"read:{new}\n")
+        assert_refused(call(test_client, "GET", "/model", old), 401, "read")
+        assert call(test_client, "GET", "/model", new).status_code == 200
 
 
 def test_missing_and_forbidden_do_not_count_towards_lockout(client: TestClient) -> None:
