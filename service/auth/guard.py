@@ -31,7 +31,7 @@ from starlette.types import Send
 from service.auth.lockout import FailureLimiter
 from service.auth.tokens import Scope, TokenSource
 from service.metrics import Metrics
-from service.problems import PROBLEM_MEDIA_TYPE, Problem
+from service.problems import PROBLEM_MEDIA_TYPE, Problem, problem_responses
 from service.settings import TOKENS_ENV_VAR, HttpSettings
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ UNKNOWN_CLIENT = "unknown"
 BEARER_PREFIX = "bearer "
 AUTHORIZATION = b"authorization"
 LOOPBACK_NAMES = frozenset({"localhost"})
+REFUSAL_STATUSES = (401, 403, 429)
 
 
 class UnclassifiedRouteError(RuntimeError):
@@ -258,6 +259,9 @@ def declare_bearer_security(app: FastAPI, required: Mapping[str, Scope]) -> None
                 continue
             for operation in operations.values():
                 operation["security"] = [{BEARER_SCHEME_NAME: [needed]}]
+                responses = operation.setdefault("responses", {})
+                for status, response in problem_responses(*REFUSAL_STATUSES).items():
+                    responses.setdefault(str(status), response)
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -300,6 +300,9 @@ def test_openapi_declares_the_bearer_scheme_on_protected_operations(client: Test
     assert spec["paths"]["/model"]["get"]["security"] == [{"bearer": ["read"]}]
     assert spec["paths"]["/stats/history"]["get"]["security"] == [{"bearer": ["read"]}]
     assert "security" not in spec["paths"]["/healthz"]["get"]
+    refusals = spec["paths"]["/model"]["get"]["responses"]
+    assert {"401", "403", "429"} <= set(refusals)
+    assert PROBLEM in refusals["401"]["content"]
 
 
 def test_openapi_has_no_scheme_without_auth(tmp_path: Path) -> None:
