@@ -314,11 +314,6 @@ class HttpSettings(_Section):
             raise ValueError("require_client_cert needs ssl_ca_certs (the clients' CA)")
         return self
 
-    @property
-    def tls(self) -> bool:
-        """Whether the server speaks HTTPS."""
-        return self.ssl_certfile is not None
-
     def uvicorn_ssl_options(self) -> dict[str, Any]:
         """uvicorn's ``ssl_*`` keyword arguments (empty without TLS)."""
         if self.ssl_certfile is None:

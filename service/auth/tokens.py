@@ -132,8 +132,11 @@ class TokenTable:
 
         Every stored digest is compared and the match's index accumulated without a branch, so
         the time says neither which token matched nor how much of one a guess shares (digests
-        are compared, not the tokens). At most one digest can match: they are distinct.
+        are compared, not the tokens). At most one digest can match: they are distinct. A guess
+        longer than any token can be is refused without hashing it.
         """
+        if len(presented) > MAX_TOKEN_LENGTH:
+            return None
         candidate = digest(presented)
         index = 0
         for position, stored in enumerate(self._digests, start=1):

@@ -50,6 +50,7 @@ def test_entries_give_each_token_its_scopes() -> None:
     assert table.scopes_of(OTHER) == {"metrics"}
     assert table.scopes_of(OLD[:-1]) is None
     assert table.scopes_of(OLD + "x") is None
+    assert table.scopes_of("x" * (MAX_TOKEN_LENGTH + 1)) is None
     assert table.scopes_of("") is None
 
 
