@@ -26,6 +26,7 @@ from consumers.faults import ConsumerFault
 from learning import Predictor
 from learning.encoders import Encoder
 from service import schemas
+from service.auth.guard import AccessGuard, install_access_control, send_problem
 from service.dashboard import router as dashboard_router
 from service.history import HistoryRecorder, StatsHistory
 from service.metrics import UNMATCHED_ROUTE, Metrics
@@ -96,6 +97,7 @@ class NovikoffApp(FastAPI):
 
     predict_handler: PredictHandler | None = None
     metrics: Metrics | None = None
+    access_guard: AccessGuard | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,7 +105,11 @@ class NovikoffApp(FastAPI):
             return
         start = time.perf_counter()
         handler = self.predict_handler
-        if handler is not None and scope["path"] == PREDICT_PATH and scope["method"] == "POST":
+        refusal = self.access_guard.refusal(scope) if self.access_guard is not None else None
+        if refusal is not None:
+            # Only protected routes are refused, and their paths are their route templates.
+            status, route = await send_problem(refusal, send), str(scope["path"])
+        elif handler is not None and scope["path"] == PREDICT_PATH and scope["method"] == "POST":
             status = await _answer_predict(handler, scope, receive, send)
             route = PREDICT_PATH
         else:
@@ -291,6 +297,7 @@ def create_app(
     _add_predict_route(app, settings)
     _add_read_routes(app, engine, runner, metrics)
     _include_dashboard(app)
+    app.access_guard = install_access_control(app, settings.http, metrics)
     return app
 
 

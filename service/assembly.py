@@ -131,6 +131,7 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         settings.http.port,
         graceful_timeout_s=settings.service.shutdown_deadline_seconds * HTTP_SHARE_OF_DEADLINE,
         access_log=settings.http.access_log,
+        ssl_options=settings.http.uvicorn_ssl_options(),
     )
     return Service(settings, registry, metrics, engine, runner, app, http)
 

@@ -74,6 +74,9 @@ REFERENCE_GAUGES = (
 UNMATCHED_ROUTE = "unmatched"
 """The ``route`` label of requests no route matched, so unknown paths add no series."""
 
+AUTH_FAILURE_OUTCOMES = ("missing", "invalid", "forbidden", "locked_out")
+"""Why a request to a protected route was refused (see ``service.auth.guard``)."""
+
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER_METHOD = "other"
 
@@ -189,6 +192,18 @@ class Metrics:
         )
         for kind in FAULT_KINDS:
             self._consumer_errors.labels(kind=kind)
+        self._auth_failures = counter(
+            "novikoff_http_auth_failures",
+            "Requests to protected routes refused: no token (missing), a wrong token (invalid), "
+            "a token without the route's scope (forbidden), a locked-out address (locked_out).",
+            ["outcome"],
+        )
+        for outcome in AUTH_FAILURE_OUTCOMES:
+            self._auth_failures.labels(outcome=outcome)
+        self._auth_lockouts = counter(
+            "novikoff_http_auth_lockouts",
+            "Client addresses locked out after too many wrong tokens within the window.",
+        )
         self._totals: dict[str, float] = {}
         # labels() costs more than observe(); the few (route, method, status) children are cached.
         self._request_children: dict[tuple[str, str, int], Histogram] = {}
@@ -308,6 +323,14 @@ class Metrics:
             child = self._request_seconds.labels(route=route, method=known, status=str(status))
             self._request_children[key] = child
         child.observe(seconds)
+
+    def observe_auth_failure(self, outcome: str) -> None:
+        """Count one refused request; ``outcome`` is one of :data:`AUTH_FAILURE_OUTCOMES`."""
+        self._auth_failures.labels(outcome=outcome).inc()
+
+    def observe_lockout(self) -> None:
+        """Count one client address locked out."""
+        self._auth_lockouts.inc()
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import uvicorn
@@ -72,6 +72,9 @@ class HttpServer:
         How long in-flight requests may take to finish on :meth:`stop`.
     access_log
         One log line per request (off by default: latency is in the metrics).
+    ssl_options
+        uvicorn's ``ssl_*`` keyword arguments (``HttpSettings.uvicorn_ssl_options``); HTTPS
+        when they name a certificate.
     """
 
     def __init__(
@@ -80,7 +83,9 @@ class HttpServer:
         host: str,
         port: int,
         graceful_timeout_s: float,
+        *,
         access_log: bool = False,
+        ssl_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._socket = bind_socket(host, port)
         self.host = host
@@ -94,7 +99,9 @@ class HttpServer:
             log_config=None,
             server_header=False,
             timeout_graceful_shutdown=max(1, int(graceful_timeout_s)),
+            **dict(ssl_options or {}),
         )
+        self._scheme = "https" if config.is_ssl else "http"
         self._server = _QuietSignalsServer(config)
         self._thread: threading.Thread | None = None
         self._failed = threading.Event()
@@ -103,7 +110,7 @@ class HttpServer:
     def url(self) -> str:
         """Base URL of the running server."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self._scheme}://{host}:{self.port}"
 
     @property
     def running(self) -> bool:

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -45,8 +46,6 @@ CONFIG_ENV_VAR = "NOVIKOFF_CONFIG"
 ENV_PREFIX = "NOVIKOFF_"
 ENV_NESTED_DELIMITER = "__"
 BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
-NON_SETTING_ENV_VARS = frozenset({CONFIG_ENV_VAR, BROKER_CACHE_ENV_VAR})
-"""novikoff's variables that are no setting: the config file, the Apache Kafka jar cache."""
 
 # Group timing: Apache Kafka's own consumer defaults (KIP-735 raised the session timeout to 45 s).
 # A member is declared dead after a session timeout without heartbeats, so this bounds how long a
@@ -63,6 +62,20 @@ DEFAULT_HTTP_PORT = 8000
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_BATCH_SIZE = 10_000
 DEFAULT_MAX_FEATURES = 10_000
+DEFAULT_TOKENS_RELOAD_SECONDS = 1.0
+# A client address that presents 20 wrong tokens within a minute is refused for a minute.
+DEFAULT_AUTH_FAILURE_LIMIT = 20
+DEFAULT_AUTH_FAILURE_WINDOW_SECONDS = 60.0
+DEFAULT_AUTH_LOCKOUT_SECONDS = 60.0
+DEFAULT_AUTH_MAX_TRACKED_CLIENTS = 10_000
+TOKENS_ENV_VAR = "NOVIKOFF_HTTP_TOKENS"
+"""Bearer tokens of the HTTP API (see :mod:`service.auth.tokens`); never read from the TOML."""
+NON_SETTING_ENV_VARS = frozenset({CONFIG_ENV_VAR, BROKER_CACHE_ENV_VAR, TOKENS_ENV_VAR})
+"""novikoff's variables that are no setting: the config file, the Apache Kafka jar cache, the
+HTTP tokens."""
+ProbePath = Literal["/metrics", "/healthz", "/readyz"]
+PROBE_PATHS: tuple[ProbePath, ...] = ("/metrics", "/healthz", "/readyz")
+"""The routes that are open by default (probes and Prometheus) and can be closed."""
 
 DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
@@ -286,6 +299,40 @@ class HttpSettings(_Section):
     max_batch_size: int = Field(default=DEFAULT_MAX_BATCH_SIZE, ge=1)
     max_features: int = Field(default=DEFAULT_MAX_FEATURES, ge=1)
     access_log: bool = False
+    auth: Literal["none", "token"] = "none"
+    tokens_file: Path | None = None
+    tokens_reload_seconds: float = Field(default=DEFAULT_TOKENS_RELOAD_SECONDS, ge=0)
+    open_paths: tuple[ProbePath, ...] = PROBE_PATHS
+    auth_failure_limit: int = Field(default=DEFAULT_AUTH_FAILURE_LIMIT, ge=1)
+    auth_failure_window_seconds: float = Field(default=DEFAULT_AUTH_FAILURE_WINDOW_SECONDS, gt=0)
+    auth_lockout_seconds: float = Field(default=DEFAULT_AUTH_LOCKOUT_SECONDS, gt=0)
+    auth_max_tracked_clients: int = Field(default=DEFAULT_AUTH_MAX_TRACKED_CLIENTS, ge=1)
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_ca_certs: Path | None = None
+    require_client_cert: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HttpSettings:
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile (the server certificate)")
+        if self.ssl_ca_certs is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_ca_certs is for mutual TLS and needs ssl_certfile too")
+        if self.require_client_cert and self.ssl_ca_certs is None:
+            raise ValueError("require_client_cert needs ssl_ca_certs (the clients' CA)")
+        return self
+
+    def uvicorn_ssl_options(self) -> dict[str, Any]:
+        """uvicorn's ``ssl_*`` keyword arguments (empty without TLS)."""
+        if self.ssl_certfile is None:
+            return {}
+        options: dict[str, Any] = {"ssl_certfile": str(self.ssl_certfile)}
+        if self.ssl_keyfile is not None:
+            options["ssl_keyfile"] = str(self.ssl_keyfile)
+        if self.ssl_ca_certs is not None:
+            options["ssl_ca_certs"] = str(self.ssl_ca_certs)
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED if self.require_client_cert else ssl.CERT_NONE
+        return options
 
 
 class CheckpointSettings(_Section):

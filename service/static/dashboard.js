@@ -16,6 +16,9 @@
   const RATIO_WARN = 0.8;
   const MIN_TICK_GAP_PX = 16;
   const SCALE_KEY = "novikoff.scale";
+  const TOKEN_KEY = "novikoff.token";
+  const UNAUTHORIZED = 401;
+  const FORBIDDEN = 403;
 
   const state = {
     stats: null,
@@ -23,7 +26,16 @@
     series: null,
     scale: readScale(),
     layout: null,
+    token: readToken(),
   };
+
+  function readToken() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || "";
+    } catch {
+      return "";
+    }
+  }
 
   const $ = (selector, root = document) => root.querySelector(selector);
   const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
@@ -561,10 +573,49 @@
 
   // ---------------------------------------------------------------- polling
 
+  // A 401 or 403: polling stops until a token with the read scope is entered.
+  class AuthError extends Error {
+    constructor(status) {
+      super(`HTTP ${status}`);
+      this.status = status;
+    }
+  }
+
   async function fetchJson(url) {
-    const response = await fetch(url, { cache: "no-store", headers: { Accept: "application/json" } });
+    const headers = { Accept: "application/json" };
+    if (state.token) headers.Authorization = `Bearer ${state.token}`;
+    const response = await fetch(url, { cache: "no-store", headers });
+    if (response.status === UNAUTHORIZED || response.status === FORBIDDEN) {
+      throw new AuthError(response.status);
+    }
     if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
     return response.json();
+  }
+
+  function askForToken(status) {
+    const reason = !state.token
+      ? "This service needs a token with the read scope."
+      : status === FORBIDDEN
+        ? "This token lacks the read scope; enter another."
+        : "This token was refused; enter another.";
+    $("#token-reason").textContent = reason;
+    $("#token-form").hidden = false;
+    $("#token-input").focus();
+    document.body.dataset.connection = "token";
+    $("#connection").textContent = "waiting for a token";
+  }
+
+  function useToken(event) {
+    event.preventDefault();
+    state.token = $("#token-input").value.trim();
+    try {
+      sessionStorage.setItem(TOKEN_KEY, state.token);
+    } catch {
+      // Storage refused: the token still works until the page is reloaded.
+    }
+    $("#token-input").value = "";
+    $("#token-form").hidden = true;
+    refresh();
   }
 
   function setConnection(ok, detail) {
@@ -588,7 +639,10 @@
       // The numbers matter more than the curve: without a history the chart shows the live point.
       const [stats, history] = await Promise.all([
         fetchJson("stats"),
-        fetchJson("stats/history").catch(() => ({ capacity: 0, points: [] })),
+        fetchJson("stats/history").catch((error) => {
+          if (error instanceof AuthError) throw error;
+          return { capacity: 0, points: [] };
+        }),
       ]);
       state.stats = stats;
       state.history = history;
@@ -598,10 +652,13 @@
       setConnection(true);
       document.body.dataset.updated = String(Date.now());
     } catch (error) {
+      if (error instanceof AuthError) {
+        askForToken(error.status);
+        return;
+      }
       setConnection(false, error.message || String(error));
-    } finally {
-      timer = setTimeout(refresh, REFRESH_MS);
     }
+    timer = setTimeout(refresh, REFRESH_MS);
   }
 
   function setScale(scale) {
@@ -622,6 +679,7 @@
       button.addEventListener("click", () => setScale(button.dataset.scale));
     }
     setScale(state.scale);
+    $("#token-form").addEventListener("submit", useToken);
     const svg = $("#chart-svg");
     svg.addEventListener("pointermove", onPointer);
     svg.addEventListener("pointerdown", onPointer);

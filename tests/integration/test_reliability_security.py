@@ -4,8 +4,10 @@ refuses a broker certificate from another CA. The checkpoint loader is in
 ``test_reliability_security_checkpoints``.
 
 No HTTP endpoint changes state (``POST /predict`` only reads a snapshot and never grows a
-vocabulary), so none needs a token: :func:`test_no_endpoint_changes_state` pins the set of
-operations, and any new non-GET route fails it until it is given token protection and a test.
+vocabulary): :func:`test_no_endpoint_changes_state` pins the set of operations and requires every
+non-GET one to need a token scope (``service.auth.guard.ROUTE_SCOPES``), so any new non-GET route
+fails it until it is given token protection and a test. Token checks per route are in
+``tests/unit/service/test_auth_routes.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from service.assembly import runner_settings
+from service.auth.guard import ROUTE_SCOPES
 from service.settings import Settings, load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService
@@ -162,16 +165,30 @@ def test_the_api_binds_loopback_unless_configured_otherwise(
 # -- no endpoint changes state --------------------------------------------------------------------
 
 
-def test_no_endpoint_changes_state(vocabulary_service: FaultyService) -> None:
-    service = vocabulary_service
-    spec = service.get("/openapi.json").json()
-    writes = {
+def writes_of(spec: dict[str, Any]) -> set[tuple[str, str]]:
+    """(method, path) of every operation of an OpenAPI document that is not a read."""
+    return {
         (method.upper(), path)
         for path, operations in spec["paths"].items()
         for method in operations
         if method not in READ_ONLY_METHODS
     }
+
+
+def unprotected(writes: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The operations whose route needs no token scope with ``http.auth = "token"``."""
+    return {(method, path) for method, path in writes if path not in ROUTE_SCOPES}
+
+
+def test_no_endpoint_changes_state(vocabulary_service: FaultyService) -> None:
+    service = vocabulary_service
+    spec = service.get("/openapi.json").json()
+    writes = writes_of(spec)
+    assert not unprotected(writes), f"{unprotected(writes)} change state without a token"
     assert writes == {("POST", "/predict")}, "a state-changing endpoint needs a token and a test"
+    # Control: an operation with no scope in the table is caught.
+    added = {"paths": {**spec["paths"], "/model/reset": {"post": {}}}}
+    assert unprotected(writes_of(added)) == {("POST", "/model/reset")}
     for path in spec["paths"]:
         for method in ("PUT", "PATCH", "DELETE"):
             assert service._client is not None

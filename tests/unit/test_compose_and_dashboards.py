@@ -19,6 +19,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from service.auth.tokens import parse_tokens
 from service.metrics import Metrics
 from service.settings import load_settings
 from service.synthetic import SyntheticStream
@@ -217,6 +218,24 @@ def test_novikoff_config_loads_with_the_compose_environment(
     assert settings.http.port == NOVIKOFF_PORT
     assert settings.kafka.bootstrap_servers == env["KAFKA_BOOTSTRAP_SERVERS"]
     assert [reference.name for reference in settings.bound.references] == ["u"]
+    assert settings.http.auth == "token"
+    assert "/metrics" in settings.http.open_paths, "the bundled Prometheus scrapes without a token"
+
+
+def test_novikoff_reads_its_tokens_from_a_secret(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    service = services["novikoff"]
+    env = service["environment"]
+    assert env["NOVIKOFF_HTTP__AUTH"] == "token"
+    assert "NOVIKOFF_HTTP_TOKENS" not in env, "tokens come from the secret, not the compose file"
+    (secret,) = service["secrets"]
+    assert env["NOVIKOFF_HTTP__TOKENS_FILE"] == f"/run/secrets/{secret}"
+    source = str(compose["secrets"][secret]["file"])
+    variable, _, default = source.removeprefix("${").removesuffix("}").partition(":-")
+    assert variable == "HTTP_TOKENS_FILE", "an operator's own file replaces the example"
+    entries = parse_tokens((ROOT / default).read_text(encoding="utf-8"), default)
+    assert [sorted(entry.scopes) for entry in entries] == [["predict", "read"]]
 
 
 def test_reference_separator_is_the_producers(services: dict[str, Any]) -> None:

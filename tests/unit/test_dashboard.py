@@ -126,3 +126,14 @@ def test_an_app_without_a_history_fails_loudly() -> None:
     app.include_router(router)
     with pytest.raises(RuntimeError, match=r"app\.state\.history"):
         TestClient(app).get("/stats/history")
+
+
+def test_page_asks_for_a_token_and_sends_it_as_a_bearer_header(client: TestClient) -> None:
+    """The form the page shows on a 401/403, and the header it sends (the token-protected
+    page is exercised in Chromium by ``tests/e2e/test_dashboard_token.py``)."""
+    collector = page_links(client)
+    assert {"token-form", "token-input", "token-reason"} <= set(collector.ids)
+    script = client.get("/static/dashboard.js").text
+    assert "headers.Authorization = `Bearer ${state.token}`" in script
+    assert "sessionStorage.setItem(TOKEN_KEY" in script
+    assert "localStorage.setItem(TOKEN_KEY" not in script, "the token lives for the tab only"
