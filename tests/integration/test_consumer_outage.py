@@ -1,7 +1,7 @@
 """The consumer through a broker outage: not ready with a reason, no busy loop, reconnects alone.
 
 The broker is reached through a TCP proxy (``tests/support/proxy.py``) that the test cuts for a
-while, which to the client is exactly a dead broker; Tansu keeps its in-memory topic meanwhile.
+while, which to the client is exactly a dead broker.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.integration.test_consumer_kafka import (
     make_harness,
     produce,
 )
-from tests.support.broker import TansuBroker, external_bootstrap, free_port
+from tests.support.broker import ApacheBrokerFactory, free_port
 from tests.support.proxy import FaultProxy
 
 pytestmark = pytest.mark.integration
@@ -32,12 +32,13 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-@pytest.mark.skipif(external_bootstrap() is not None, reason="needs the embedded broker")
-def test_consumer_reports_the_outage_and_reconnects(tmp_path: Path, artifacts_dir: Path) -> None:
+def test_consumer_reports_the_outage_and_reconnects(
+    tmp_path: Path, apache_broker_factory: ApacheBrokerFactory
+) -> None:
     proxy_port = free_port()
-    broker = TansuBroker(advertised_port=proxy_port, log_path=artifacts_dir / "tansu-outage.log")
+    broker = apache_broker_factory(advertised_port=proxy_port)
     proxy = FaultProxy(listen_port=proxy_port, target_port=broker.port)
-    with broker, proxy:
+    with proxy, broker:
         bootstrap = broker.bootstrap
         topic = "outage-events"
         create_topic(bootstrap, topic)

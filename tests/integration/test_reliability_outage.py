@@ -1,9 +1,9 @@
 """Broker outage: predictions keep flowing, readiness says why not, the consumer comes back alone.
 
-Tansu keeps its data in memory, so the outage is a cut network path: the service reaches a
-dedicated broker through a :class:`~tests.support.proxy.FaultProxy` (the broker advertises the
-proxy's port), and ``cut()`` resets every connection and refuses new ones, exactly what a dead
-broker looks like to a client. While the path is cut:
+The outage is a cut network path: the service reaches a dedicated Apache Kafka broker through a
+:class:`~tests.support.proxy.FaultProxy` (the broker advertises the proxy's port), and ``cut()``
+resets every connection and refuses new ones, exactly what a dead broker looks like to a client
+(the broker-process faults themselves are in ``test_broker_faults``). While the path is cut:
 
 * ``POST /predict`` answers 200 every time;
 * ``/readyz`` answers 503 with a problem body that says why;
@@ -26,9 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.brokers.apache import ApacheKafkaBroker
 from service.settings import load_settings
 from service.topics import ensure_topics
-from tests.support.broker import TansuBroker, external_bootstrap, free_port
+from tests.support.broker import ApacheBrokerFactory, free_port
 from tests.support.faults import ConfiguredStream, FaultyService, offline_expectation, served_model
 from tests.support.ledger import (
     EventPlan,
@@ -40,13 +41,7 @@ from tests.support.ledger import (
 )
 from tests.support.proxy import FaultProxy
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        external_bootstrap() is not None,
-        reason="the outage is injected between novikoff and an embedded broker it advertises",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 OUTAGE_S = 20.0
 PROBE_INTERVAL_S = 0.1
@@ -64,9 +59,9 @@ MORE_EVENTS = 2_000
 
 @dataclass
 class CutBroker:
-    """A dedicated Tansu reached only through a proxy that can be cut."""
+    """A dedicated Apache Kafka reached only through a proxy that can be cut."""
 
-    broker: TansuBroker
+    broker: ApacheKafkaBroker
     proxy: FaultProxy
 
     @property
@@ -75,11 +70,18 @@ class CutBroker:
 
 
 @pytest.fixture(scope="module")
-def cut_broker(artifacts_dir: Path) -> Iterator[CutBroker]:
+def cut_broker(
+    tmp_path_factory: pytest.TempPathFactory, artifacts_dir: Path
+) -> Iterator[CutBroker]:
     proxy_port = free_port()
-    broker = TansuBroker(advertised_port=proxy_port, log_path=artifacts_dir / "tansu-outage.log")
-    with broker, FaultProxy(listen_port=proxy_port, target_port=broker.port) as proxy:
-        yield CutBroker(broker, proxy)
+    factory = ApacheBrokerFactory(tmp_path_factory.mktemp("outage"), artifacts_dir, "outage")
+    broker = factory(advertised_port=proxy_port)
+    try:
+        with FaultProxy(listen_port=proxy_port, target_port=broker.port) as proxy:
+            broker.start()
+            yield CutBroker(broker, proxy)
+    finally:
+        factory.close()
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from service.settings import load_settings
 from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 from tests.support.broker import free_port
+from tests.support.running_service import group_timing_toml
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def config_text(
 bootstrap_servers = "{bootstrap}"
 topic = "{topic}"
 group_id = "{topic}-group"
-
+{group_timing_toml()}
 [http]
 port = {port}
 
@@ -127,8 +128,22 @@ class ServeProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+BOTH_BROKERS = pytest.mark.parametrize("bootstrap", ["apache", "tansu"], indirect=True)
+"""The smoke subset that also runs on the demo's embedded Tansu, so that ``make run``'s broker
+stays covered: one stream equal to the offline learner and one SIGKILL restart."""
+
+
 @pytest.fixture
-def serve(tmp_path: Path, kafka_bootstrap: str, topic_name: str) -> Iterator[Any]:
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """The broker ``serve`` uses: Apache Kafka unless a test asks for ``tansu`` too."""
+    kind = getattr(request, "param", "apache")
+    fixture = "tansu_bootstrap" if kind == "tansu" else "kafka_bootstrap"
+    value: str = request.getfixturevalue(fixture)
+    return value
+
+
+@pytest.fixture
+def serve(tmp_path: Path, bootstrap: str, topic_name: str) -> Iterator[Any]:
     """Start ``novikoff serve`` with the given extra config; every process is killed at the end."""
     processes: list[ServeProcess] = []
     port = free_port()
@@ -136,7 +151,7 @@ def serve(tmp_path: Path, kafka_bootstrap: str, topic_name: str) -> Iterator[Any
 
     def start(extra: str = "", checkpoint_every: int = 10_000) -> ServeProcess:
         config = tmp_path / "novikoff.toml"
-        text = config_text(kafka_bootstrap, topic_name, port, state, extra, checkpoint_every)
+        text = config_text(bootstrap, topic_name, port, state, extra, checkpoint_every)
         config.write_text(text)
         process = ServeProcess(config, port, tmp_path / f"serve-{len(processes)}.log")
         processes.append(process)
@@ -173,11 +188,11 @@ def reference_toml(name: str, weights: list[float]) -> str:
     return f'[[bound.references]]\nname = "{name}"\nweights = [{", ".join(map(repr, weights))}]\n'
 
 
-def test_the_pla_notes_two_events(serve: Any, kafka_bootstrap: str, topic_name: str) -> None:
-    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+def test_the_pla_notes_two_events(serve: Any, bootstrap: str, topic_name: str) -> None:
+    settings = load_settings(kafka={"bootstrap_servers": bootstrap})
     ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"])
     publish(
-        kafka_bootstrap,
+        bootstrap,
         topic_name,
         [b'{"features": [2], "label": -1}', b'{"features": [-0.25], "label": 1}'],
     )
@@ -241,12 +256,13 @@ def assert_served_model_is(service: ServeProcess, expected: dict[str, Any]) -> N
     )
 
 
+@BOTH_BROKERS
 def test_a_noisy_stream_is_learned_exactly_as_offline(
-    serve: Any, kafka_bootstrap: str, topic_name: str
+    serve: Any, bootstrap: str, topic_name: str
 ) -> None:
-    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+    settings = load_settings(kafka={"bootstrap_servers": bootstrap})
     ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
-    publish(kafka_bootstrap, topic_name, [value for _, value in STREAM.records(STREAM_EVENTS)])
+    publish(bootstrap, topic_name, [value for _, value in STREAM.records(STREAM_EVENTS)])
     service = serve(stream_config())
     service.wait_seen(STREAM_EVENTS)
     expected = offline_expectation(STREAM_EVENTS)
@@ -279,10 +295,11 @@ def test_a_noisy_stream_is_learned_exactly_as_offline(
     assert service.terminate() == 0
 
 
+@BOTH_BROKERS
 def test_sigkill_mid_stream_then_restart_is_bit_identical(
-    serve: Any, kafka_bootstrap: str, topic_name: str
+    serve: Any, bootstrap: str, topic_name: str
 ) -> None:
-    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+    settings = load_settings(kafka={"bootstrap_servers": bootstrap})
     ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
     values = [value for _, value in STREAM.records(STREAM_EVENTS)]
     # Checkpoints every 1,500 events, so the kill lands between checkpoints with events applied
@@ -291,9 +308,7 @@ def test_sigkill_mid_stream_then_restart_is_bit_identical(
     # the second half goes out while the restarted service runs.
     half = STREAM_EVENTS // 2
     first = serve(stream_config(), checkpoint_every=1_500)
-    producer = threading.Thread(
-        target=publish, args=(kafka_bootstrap, topic_name, values[:half], 200)
-    )
+    producer = threading.Thread(target=publish, args=(bootstrap, topic_name, values[:half], 200))
     producer.start()
     at_kill = first.wait_seen(STREAM_EVENTS // 3)["seen"]
     first.kill()
@@ -301,7 +316,7 @@ def test_sigkill_mid_stream_then_restart_is_bit_identical(
     assert at_kill <= half < STREAM_EVENTS
     killed_at = first.tail()
     second = serve(stream_config(), checkpoint_every=1_500)
-    publish(kafka_bootstrap, topic_name, values[half:], 200)
+    publish(bootstrap, topic_name, values[half:], 200)
     stats = second.wait_seen(STREAM_EVENTS)
     assert stats["seen"] == STREAM_EVENTS, killed_at
     time.sleep(1.0)  # nothing more may arrive: each event is applied exactly once
@@ -311,12 +326,12 @@ def test_sigkill_mid_stream_then_restart_is_bit_identical(
 
 
 def test_sigterm_writes_a_final_checkpoint(
-    serve: Any, kafka_bootstrap: str, topic_name: str, tmp_path: Path
+    serve: Any, bootstrap: str, topic_name: str, tmp_path: Path
 ) -> None:
-    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+    settings = load_settings(kafka={"bootstrap_servers": bootstrap})
     ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"], partitions=1)
     count = 3_000
-    publish(kafka_bootstrap, topic_name, [value for _, value in STREAM.records(count)])
+    publish(bootstrap, topic_name, [value for _, value in STREAM.records(count)])
     first = serve(stream_config(), checkpoint_every=1_000_000)
     first.wait_seen(count)
     started = time.monotonic()

@@ -32,13 +32,26 @@ PRODUCE_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 0.2
 TEST_GROUP_TIMING = {
-    "NOVIKOFF_KAFKA__SESSION_TIMEOUT_MS": "6000",
-    "NOVIKOFF_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
-    "NOVIKOFF_KAFKA__MAX_POLL_INTERVAL_MS": "30000",
+    "session_timeout_ms": 6_000,
+    "heartbeat_interval_ms": 1_000,
+    "max_poll_interval_ms": 10_000,
 }
-"""Group timing of the services the tests run: a killed instance leaves its group within 6 s (the
-broker's smallest allowed session timeout), so a restart in the same group does not wait out the
-45 s production default."""
+"""``[kafka]`` group timing of the services the tests run: a killed instance leaves its group
+within 6 s (Apache Kafka's smallest allowed session timeout), so a restart in the same group does
+not wait out the 45 s production default; the 10 s poll interval also keeps group joins quick on
+the embedded Tansu of the smoke tests (it joins in about max_poll_interval_ms / 13)."""
+
+
+def group_timing_env() -> dict[str, str]:
+    """:data:`TEST_GROUP_TIMING` as ``NOVIKOFF_KAFKA__*`` variables."""
+    return {
+        f"NOVIKOFF_KAFKA__{key.upper()}": str(value) for key, value in TEST_GROUP_TIMING.items()
+    }
+
+
+def group_timing_toml() -> str:
+    """:data:`TEST_GROUP_TIMING` as ``[kafka]`` lines."""
+    return "".join(f"{key} = {value}\n" for key, value in TEST_GROUP_TIMING.items())
 
 
 def novikoff_command(*args: str) -> list[str]:
@@ -134,7 +147,7 @@ class RunningService:
                 "NOVIKOFF_HTTP__HOST": "127.0.0.1",
                 "NOVIKOFF_HTTP__PORT": str(self.port),
                 "NOVIKOFF_CHECKPOINT__PATH": str(self.workdir / "state"),
-                **TEST_GROUP_TIMING,
+                **group_timing_env(),
                 **self.extra_env,
             }
         )
