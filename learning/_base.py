@@ -42,20 +42,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
-from learning._arrays import LinearState
-from learning.encoders import MAX_ABS_FEATURE, Encoder, VocabularyEncoder
+from learning._arrays import ENTRY_BYTES, LinearState
+from learning._rows import Rows, fit_width, learning_rows, prediction_rows
+from learning.encoders import Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
     BatchResult,
     Predictor,
     PredictorName,
-    as_matrix,
-    check_matrix,
-    fit_width,
     predict_codes,
     predictor_code,
-    row_error,
 )
+from learning.sparse import CSRBatch
 
 if TYPE_CHECKING:
     _ClassifierBase = object
@@ -69,10 +67,12 @@ logger = logging.getLogger(__name__)
 
 Outputs = tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]
 """Per-event kernel outputs: (mistakes, predictions, margins)."""
+KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]
+"""The leading (indptr, indices, values, width) of every kernel call (see learning._rows)."""
 
 DEFAULT_MAX_VOTERS = 64
-IN_KERNEL_CHECK_FACTOR = 4
-NO_CHECK = 0.0
+DEFAULT_MAX_VOTER_BYTES = 4 * 2**20
+"""4 MiB of update log: 174,762 entries, e.g. 64 voters of 2,730 non-zeros each."""
 
 
 class LinearLearner(_ClassifierBase):
@@ -84,22 +84,27 @@ class LinearLearner(_ClassifierBase):
     encoder: Encoder
     predictor: PredictorName
     max_voters: int
+    max_voter_bytes: int
     prequential_voted: bool
     _state: LinearState
 
-    def _init_common(
+    def _init_common(  # noqa: PLR0913 - the learners' shared hyperparameters
         self,
         encoder: Encoder | None,
         predictor: PredictorName,
         max_voters: int,
+        max_voter_bytes: int,
         prequential_voted: bool,
     ) -> None:
         predictor_code(predictor)
         if max_voters < 1:
             raise ValueError(f"max_voters must be at least 1, got {max_voters}")
+        if max_voter_bytes < 0:
+            raise ValueError(f"max_voter_bytes must be at least 0, got {max_voter_bytes}")
         self.encoder = encoder if encoder is not None else VocabularyEncoder()
         self.predictor = predictor
         self.max_voters = max_voters
+        self.max_voter_bytes = max_voter_bytes
         self.prequential_voted = prequential_voted
 
     # ------------------------------------------------------------------ abstract-ish hooks
@@ -126,41 +131,32 @@ class LinearLearner(_ClassifierBase):
 
     # ------------------------------------------------------------------ learning
 
-    def learn_batch(self, X: NDArray[np.float64], y: NDArray[Any]) -> BatchResult:
+    def learn_batch(self, X: NDArray[np.float64] | CSRBatch, y: NDArray[Any]) -> BatchResult:
         """Predict-then-learn every row of X in order, in one compiled pass.
 
         Parameters
         ----------
         X
-            Encoded events x̃, shape (n, dimension) (vocabulary encoders: any width up to the
-            encoder's current dimension).
+            Encoded events x̃: a dense (n, dimension) matrix or a
+            :class:`~learning.sparse.CSRBatch` (bit-identical results on the same vectors; a
+            sparse row costs O(non-zeros)). Vocabulary encoders: any width up to the encoder's
+            current dimension.
         y
             ±1 floats (binary) or class indices (multiclass), shape (n,).
 
         A batch is all or nothing: when X or y is invalid a :class:`FeatureError` /
         ``ValueError`` names the first bad row and the learner is left exactly as it was.
         """
-        matrix = self._fit_learning_width(as_matrix(X))
-        n = matrix.shape[0]
+        rows = self._fit_learning_width(learning_rows(X))
+        n = rows.n_rows
         targets = self._check_targets(y, n)
         state = self._state
-        # Checking each row inside the kernel, just before it is used, reads X from memory once;
-        # keeping the batch atomic then needs a copy of the state, worth it only when X is large
-        # next to the state. Otherwise X is checked up front.
-        in_kernel = n > 1 and matrix.nbytes >= IN_KERNEL_CHECK_FACTOR * state.nbytes
-        if not in_kernel:
-            check_matrix(matrix)
-        backup = state.copy() if in_kernel else None
         before = self._prequential_counts()
-        state.ensure_shape(self._rows(), matrix.shape[1])
-        state.ensure_voter_capacity(state.counter(k.N_VOTERS) + n, self.max_voters)
+        state.ensure_shape(self._rows(), rows.dimension)
+        state.ensure_log_capacity(n, rows.max_new_entries(self.max_voters), self.max_voters,
+                                  self._max_entries)  # fmt: skip
         outputs = self._outputs(n)
-        limit = MAX_ABS_FEATURE if in_kernel else NO_CHECK
-        bad = self._run_kernel(matrix, targets, outputs, limit)
-        if bad >= 0:
-            assert backup is not None
-            self._state = backup
-            raise row_error(matrix, bad)
+        self._run_kernel(rows.kernel_args(), targets, outputs)
         after = self._prequential_counts()
         mistakes, predictions, margins = outputs
         return BatchResult(
@@ -171,41 +167,48 @@ class LinearLearner(_ClassifierBase):
             n_classes=self._state.counter(k.ACTIVE_CLASSES) if self.multiclass else 0,
         )
 
-    def _run_kernel(
-        self,
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        outputs: Outputs,
-        limit: float,
-    ) -> int:
-        """Run the learning kernel; ``limit`` > 0 checks rows inside it (see ``learn_batch``)."""
+    @property
+    def _max_entries(self) -> int:
+        """Update-log entries the ``max_voter_bytes`` bound allows."""
+        return self.max_voter_bytes // ENTRY_BYTES
+
+    def _run_kernel(self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs) -> None:
+        """Run the learning kernel on checked rows (state sized beforehand)."""
         state = self._state
         mistakes, predictions, margins = outputs
-        return self._learning_kernel(
-            X,
+        self._learning_kernel(
+            *rows,
             y,
             state.weights,
             state.weight_sums,
             state.born,
             state.row_sq,
-            state.voters,
-            state.voter_counts,
-            state.voter_order,
+            state.log_counts,
+            state.log_rows,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
             state.counters,
             state.rng,
             self.max_voters,
+            self._max_entries,
             self.prequential_voted,
-            limit,
             mistakes,
             predictions,
             margins,
         )
 
-    def _fit_learning_width(self, matrix: NDArray[np.float64]) -> NDArray[np.float64]:
-        width = matrix.shape[1]
+    def _fit_learning_width(self, rows: Rows) -> Rows:
+        """Apply the width rules: exact, or (vocabularies) up to the encoder's dimension.
+
+        A narrower dense matrix is padded; a narrower CSR batch needs nothing; a wider one (still
+        within the encoder) makes the weights grow.
+        """
+        width = rows.dimension
         dimension = self._state.dimension
         if width == dimension:
-            return matrix
+            return rows
         if not self.encoder.growable:
             raise FeatureError(
                 "wrong_dimension", f"expected vectors of dimension {dimension}, got {width}"
@@ -216,9 +219,10 @@ class LinearLearner(_ClassifierBase):
                 f"X has {width} columns but the encoder knows only {self.encoder.dimension}; "
                 "encode events with this learner's encoder (grow=True when learning)",
             )
-        if width > dimension:
-            return matrix
-        return fit_width(matrix, dimension, growable=True)
+        if width > dimension or rows.width == 0:
+            return rows
+        matrix = rows.values.reshape(rows.n_rows, width)
+        return Rows.dense(fit_width(matrix, dimension, growable=True))
 
     def learn_one(self, x: Any, y: Hashable) -> bool:
         """Predict-then-learn one event (river style); True when it was a mistake (an update).
@@ -226,6 +230,9 @@ class LinearLearner(_ClassifierBase):
         Nothing changes when the label or the features are invalid.
         """
         self._validate_label(y)
+        if getattr(self.encoder, "sparse", False):
+            indices, values = self.encoder.encode_sparse(x, grow=True)  # type: ignore[attr-defined]
+            return self._learn_sparse(indices, values, self.encode_labels([y], grow=True))
         vector = self.encoder.encode(x, grow=True)
         code = self.encode_labels([y], grow=True)
         return self._learn_vector(vector, code)
@@ -234,15 +241,39 @@ class LinearLearner(_ClassifierBase):
         """The single-event path: same kernel as learn_batch, minus the batch bookkeeping."""
         if not getattr(self.encoder, "validated_output", False):
             return bool(self.learn_batch(vector[None, :], code).mistakes[0])
+        rows = Rows.dense(vector[None, :])
+        if vector.shape[0] != self._state.dimension or self._state.rows != self._rows():
+            rows = self._fit_learning_width(rows)
+            self._state.ensure_shape(self._rows(), rows.dimension)
+        return self._learn_single(rows.kernel_args(), vector.shape[0], code)
+
+    def _learn_sparse(
+        self, indices: NDArray[np.int64], values: NDArray[np.float64], code: NDArray[Any]
+    ) -> bool:
+        """One sparse event (sorted columns, values) through the CSR kernel: O(nnz), no dense row."""
+        dimension = self.encoder.dimension
+        if not getattr(self.encoder, "validated_output", False):
+            batch = CSRBatch(np.array([0, len(values)], dtype=np.int64), indices, values, dimension)
+            return bool(self.learn_batch(batch, code).mistakes[0])
         state = self._state
-        row = vector[None, :]
-        if vector.shape[0] != state.weights.shape[1] or state.weights.shape[0] != self._rows():
-            row = self._fit_learning_width(row)
-            state.ensure_shape(self._rows(), row.shape[1])
-        if state.voter_counts.shape[0] < self.max_voters:
-            state.ensure_voter_capacity(state.counter(k.N_VOTERS) + 1, self.max_voters)
+        if dimension > state.weights.shape[1] or state.weights.shape[0] != self._rows():
+            state.ensure_shape(self._rows(), dimension)
+        indptr = np.array([0, values.shape[0]], dtype=np.int64)
+        return self._learn_single((indptr, indices, values, 0), values.shape[0], code)
+
+    def _learn_single(self, rows: KernelArgs, entries: int, code: NDArray[Any]) -> bool:
+        state = self._state
+        counters = state.counters
+        if (
+            counters[k.N_VOTERS] >= state.log_counts.shape[0]
+            and state.log_counts.shape[0] < self.max_voters
+        ) or (
+            counters[k.POOL_USED] + entries > state.log_cols.shape[0]
+            and state.log_cols.shape[0] < self._max_entries
+        ):
+            state.ensure_log_capacity(1, entries, self.max_voters, self._max_entries)
         outputs = self._single_outputs()
-        self._run_kernel(row, code, outputs, NO_CHECK)
+        self._run_kernel(rows, code, outputs)
         return bool(outputs[0][0])
 
     def _single_outputs(self) -> Outputs:
@@ -264,20 +295,34 @@ class LinearLearner(_ClassifierBase):
 
     def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
         """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
-        row = self.encoder.encode(x)[None, :]
-        if not getattr(self.encoder, "validated_output", False):
-            row = check_matrix(row)
-        row = fit_width(row, self._state.dimension, self.encoder.growable)
-        codes, _ = predict_codes(self._state, row, predictor_code(self.predictor), self.multiclass)
+        encoder = self.encoder
+        validated = getattr(encoder, "validated_output", False)
+        dimension = self._state.dimension
+        if getattr(encoder, "sparse", False):
+            indices, values = encoder.encode_sparse(x, grow=False)  # type: ignore[attr-defined]
+            batch = CSRBatch(
+                np.array([0, values.shape[0]], dtype=np.int64), indices, values, encoder.dimension
+            )
+            if validated and encoder.dimension <= dimension:
+                rows = Rows.sparse(batch)
+            else:
+                rows = prediction_rows(batch, dimension, encoder.growable)
+        else:
+            row = encoder.encode(x)[None, :]
+            if validated and row.shape[1] == dimension:
+                rows = Rows.dense(row)
+            else:
+                rows = prediction_rows(row, dimension, encoder.growable)
+        codes, _ = predict_codes(self._state, rows, predictor_code(self.predictor), self.multiclass)
         return self._decode(codes.tolist()[0])
 
     def predict_batch(
-        self, X: NDArray[np.float64], predictor: PredictorName | None = None
+        self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None
     ) -> tuple[list[Hashable], NDArray[np.float64]]:
-        """(labels, scores) for encoded rows, as :meth:`Predictor.predict_batch` (no learning)."""
+        """(labels, scores) for encoded rows (dense or CSR), as :meth:`Predictor.predict_batch`."""
         which = predictor_code(predictor or self.predictor)
-        matrix = fit_width(check_matrix(X), self._state.dimension, self.encoder.growable)
-        codes, scores = predict_codes(self._state, matrix, which, self.multiclass)
+        rows = prediction_rows(X, self._state.dimension, self.encoder.growable)
+        codes, scores = predict_codes(self._state, rows, which, self.multiclass)
         return self.decode_labels(codes), scores
 
     def snapshot(self) -> Predictor:
@@ -335,7 +380,7 @@ class LinearLearner(_ClassifierBase):
 
     @property
     def dropped_voters(self) -> int:
-        """Voters dropped at the ``max_voters`` bound (0 means the vote is exact)."""
+        """Voters dropped at the ``max_voters`` / ``max_voter_bytes`` bound (0: the vote is exact)."""
         return self._state.counter(k.DROPPED_VOTERS)
 
     @property
@@ -345,7 +390,7 @@ class LinearLearner(_ClassifierBase):
 
     @property
     def voters(self) -> list[tuple[int, NDArray[np.float64]]]:
-        """Kept finished voters (survival count, weights), largest count first."""
+        """Kept finished voters (survival count, weights), oldest first (rebuilt: O(voters × d))."""
         return self._state.voter_list()
 
     # ------------------------------------------------------------------ persistence
@@ -354,6 +399,7 @@ class LinearLearner(_ClassifierBase):
         return {
             "predictor": self.predictor,
             "max_voters": self.max_voters,
+            "max_voter_bytes": self.max_voter_bytes,
             "prequential_voted": self.prequential_voted,
         }
 

@@ -97,19 +97,18 @@ def test_learn_one_learn_batch_and_fit_epochs_are_bit_identical() -> None:
     assert one.dropped_voters > 0  # the bound was exercised
 
 
-def test_voters_are_bounded_and_drop_the_shortest_lived() -> None:
+def test_voters_are_bounded_and_drop_the_oldest() -> None:
     X, y = integer_stream(500, 3, 5, noise=0.3)
     model = binary_model(3, max_voters=4, prequential_voted=True)
     model.learn_batch(X, y)
     reference = binary_reference(X, y)
-    finished = [count for _, count in reference.voters[:-1] if count > 0]
-    kept_counts = [count for count, _ in model.voters]
-    assert model.n_voters == 4 == len(kept_counts)
-    assert kept_counts == sorted(kept_counts, reverse=True)
-    # What is kept are voters with the largest survival counts, and the accounting adds up.
-    assert min(kept_counts) >= sorted(finished, reverse=True)[3]
+    finished = [(count, w.tolist()) for w, count in reference.voters[:-1] if count > 0]
+    kept = [(count, w.tolist()) for count, w in model.voters]
+    assert model.n_voters == 4 == len(kept)
+    # What is kept are the four newest voters, oldest first, and the accounting adds up.
+    assert kept == finished[-4:]
     assert model.dropped_voters == len(finished) - 4
-    assert model.dropped_votes == sum(finished) - sum(kept_counts)
+    assert model.dropped_votes == sum(count for count, _ in finished[:-4])
     # The averaged predictor never drops anything.
     assert model.averaged_weights.tolist() == reference.averaged.tolist()
 
@@ -264,7 +263,7 @@ def test_fit_epochs_shuffles_reproducibly() -> None:
 
 @pytest.mark.parametrize("multiclass", [False, True])
 @pytest.mark.parametrize("bad_value", [np.nan, -np.inf, 5e100])
-def test_large_batches_checked_inside_the_kernel_are_still_all_or_nothing(
+def test_large_batches_are_all_or_nothing(
     multiclass: bool, bad_value: float
 ) -> None:
     X, y = integer_stream(3000, 2, 8)
@@ -277,7 +276,6 @@ def test_large_batches_checked_inside_the_kernel_are_still_all_or_nothing(
         targets = y
     model.learn_batch(X[:500], targets[:500])
     before = dump_state(model)
-    assert X.nbytes >= 4 * model._state.nbytes  # the in-kernel check is the one exercised
     X[2100, 2] = bad_value
     with pytest.raises(FeatureError) as error:
         model.learn_batch(X, targets)
@@ -285,9 +283,9 @@ def test_large_batches_checked_inside_the_kernel_are_still_all_or_nothing(
     assert (error.value.code, error.value.index) == (expected, 2100)
     assert dump_state(model) == before
     X[2100, 2] = 1.0
-    checked_inside = model.learn_batch(X, targets)
+    whole = model.learn_batch(X, targets)
     other, _, _ = load_state(before)
-    for start in range(0, 3000, 10):  # small batches: checked up front
+    for start in range(0, 3000, 10):
         other.learn_batch(X[start : start + 10], targets[start : start + 10])
     assert dump_state(other) == dump_state(model)
-    assert checked_inside.n_updates > 0
+    assert whole.n_updates > 0

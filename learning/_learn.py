@@ -1,0 +1,302 @@
+"""The learning kernels: prequential predict → mistake → update over a batch, dense or CSR rows.
+
+Rows, state layout and the determinism rules are described in :mod:`learning._kernels`; the
+voters' update log in :mod:`learning._voters`. Per event a sparse row costs O(nnz) for the score,
+the averaged score and the update, and O(voters × nnz) for the prequential vote (when counted).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from learning._kernels import (
+    ACTIVE_CLASSES,
+    BORN_MODEL,
+    GOLDEN_GAMMA,
+    PQ_AVERAGED,
+    PQ_LAST,
+    PQ_VOTED,
+    PQ_VOTED_SEEN,
+    SEEN,
+    UPDATES,
+    Floats,
+    Ints,
+    _jit,
+    argmax_tie,
+    count_touched,
+    row_scores,
+    row_span,
+    sign,
+)
+from learning._voters import NO_ROW, open_entry, vote_binary, vote_multiclass
+
+
+@_jit
+def longest_row(indptr: Ints, width: int, n: int) -> int:
+    """The most entries any of the n rows stores (the width for dense rows)."""
+    if width > 0:
+        return width
+    longest = 0
+    for i in range(n):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    return int(longest)
+
+
+@_jit
+def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
+    weights: Floats,
+    weight_sums: Floats,
+    born: Ints,
+    row_sq: Floats,
+    row: int,
+    cols: Ints,
+    vals: Floats,
+    positive: bool,
+    seen: int,
+    log_cols: Ints,
+    log_old: Floats,
+    which: int,
+    start: int,
+) -> None:
+    """W[row] ± x on the coordinates with x_j ≠ 0, in increasing column order.
+
+    Each touched coordinate first closes its lazy-average term (sums += (seen - born)·old,
+    born = seen); ``row_sq[row]`` gets the change of its square; with ``start`` ≥ 0 the old value
+    is logged for the voters (column ``which`` of ``log_old``, entries from ``start`` on).
+    """
+    w = weights[row]
+    a = weight_sums[row]
+    b = born[row]
+    capacity = log_cols.shape[0]
+    position = start
+    change = 0.0
+    for k in range(vals.shape[0]):
+        v = vals[k]
+        if v == 0.0:
+            continue
+        c = cols[k]
+        old = w[c]
+        a[c] += (seen - b[c]) * old
+        b[c] = seen
+        new = old + v if positive else old - v
+        w[c] = new
+        change += new * new - old * old
+        if start >= 0:
+            if position >= capacity:
+                position -= capacity
+            log_cols[position] = c
+            log_old[position, which] = old
+            position += 1
+    norm_sq = row_sq[row] + change
+    row_sq[row] = norm_sq if norm_sq > 0.0 else 0.0
+
+
+@_jit
+def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
+    indptr: Ints,
+    indices: Ints,
+    values: Floats,
+    width: int,
+    y: Floats,
+    weights: Floats,
+    weight_sums: Floats,
+    born: Ints,
+    row_sq: Floats,
+    log_counts: Ints,
+    log_rows: Ints,
+    log_start: Ints,
+    log_len: Ints,
+    log_cols: Ints,
+    log_old: Floats,
+    counters: Ints,
+    rng: NDArray[np.uint64],
+    max_voters: int,
+    max_entries: int,
+    prequential_voted: bool,
+    out_updates: NDArray[np.bool_],
+    out_predictions: Floats,
+    out_margins: Floats,
+) -> None:
+    """Prequential predict → mistake → update over a batch, binary labels y ∈ {-1, +1}.
+
+    Rows are checked by the caller. ``rng`` is unused: binary predictions never tie.
+    """
+    n = y.shape[0]
+    dense = width > 0
+    w = weights[0]
+    a = weight_sums[0]
+    b = born[0]
+    view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
+    for i in range(n):
+        start, stop = row_span(indptr, width, i)
+        vals = values[start:stop]
+        cols = indices[0:width] if dense else indices[start:stop]
+        target = y[i]
+        seen = counters[SEEN]
+        live = seen - counters[BORN_MODEL]
+        score, total = row_scores(w, a, b, seen, cols, vals, dense)
+        predicted = sign(score)
+        if predicted != target:
+            counters[PQ_LAST] += 1
+        if sign(total) != target:
+            counters[PQ_AVERAGED] += 1
+        if prequential_voted:
+            acc = vote_binary(
+                w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
+                log_old, counters, view, True,
+            )  # fmt: skip
+            counters[PQ_VOTED_SEEN] += 1
+            if (1.0 if acc >= 0 else -1.0) != target:
+                counters[PQ_VOTED] += 1
+        norm_sq = row_sq[0]
+        out_margins[i] = target * score / math.sqrt(norm_sq) if norm_sq > 0.0 else 0.0
+        out_predictions[i] = predicted
+        update = target * score <= 0.0
+        out_updates[i] = update
+        if update:
+            entry = open_entry(
+                live, count_touched(vals) if live > 0 else 0, 0, NO_ROW, log_counts, log_rows,
+                log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
+            )  # fmt: skip
+            apply_update(
+                weights, weight_sums, born, row_sq, 0, cols, vals, target > 0.0, seen, log_cols,
+                log_old, 0, entry,
+            )  # fmt: skip
+            counters[BORN_MODEL] = seen
+            counters[UPDATES] += 1
+        counters[SEEN] = seen + 1
+
+
+@_jit
+def multiclass_margin(scores: Floats, n_classes: int, target: int, row_sq: Floats) -> float:
+    """(s_y - max_{c≠y} s_c)/‖W‖_F: the Kesler margin of the current weights (NaN with 1 class)."""
+    if n_classes < 2:
+        return math.nan
+    rival = -math.inf
+    for c in range(n_classes):
+        if c != target and scores[c] > rival:
+            rival = scores[c]
+    norm_sq = 0.0
+    for c in range(n_classes):
+        norm_sq += row_sq[c]
+    if norm_sq <= 0.0:
+        return 0.0
+    return float((scores[target] - rival) / math.sqrt(norm_sq))
+
+
+@_jit
+def class_scores(  # noqa: PLR0917 - numba kernels take positional arrays
+    weights: Floats,
+    weight_sums: Floats,
+    born: Ints,
+    seen: int,
+    cols: Ints,
+    vals: Floats,
+    dense: bool,
+    n_classes: int,
+    scores: Floats,
+    sums: Floats,
+) -> None:
+    """Per active class: scores[c] = W[c]·x̃ and sums[c] = (Σ post-event W[c])·x̃ (lazy average)."""
+    for c in range(n_classes):
+        s, sa = row_scores(weights[c], weight_sums[c], born[c], seen, cols, vals, dense)
+        scores[c] = s
+        sums[c] = sa
+
+
+@_jit
+def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
+    indptr: Ints,
+    indices: Ints,
+    values: Floats,
+    width: int,
+    y: Ints,
+    weights: Floats,
+    weight_sums: Floats,
+    born: Ints,
+    row_sq: Floats,
+    log_counts: Ints,
+    log_rows: Ints,
+    log_start: Ints,
+    log_len: Ints,
+    log_cols: Ints,
+    log_old: Floats,
+    counters: Ints,
+    rng: NDArray[np.uint64],
+    max_voters: int,
+    max_entries: int,
+    prequential_voted: bool,
+    out_updates: NDArray[np.bool_],
+    out_predictions: Ints,
+    out_margins: Floats,
+) -> None:
+    """Prequential argmax → mistake → update over a batch, y = class indices.
+
+    The argmax runs over the classes active so far (``counters[ACTIVE_CLASSES]``): all declared
+    classes, or the discovered ones up to the current event.
+    """
+    n = y.shape[0]
+    dense = width > 0
+    rows = weights.shape[0]
+    scores = np.empty(rows)
+    sum_scores = np.empty(rows)
+    voter_scores = np.empty(rows)
+    votes = np.zeros(rows, dtype=np.int64)
+    view = np.empty((rows, longest_row(indptr, width, n) if prequential_voted else 0))
+    for i in range(n):
+        start, stop = row_span(indptr, width, i)
+        vals = values[start:stop]
+        cols = indices[0:width] if dense else indices[start:stop]
+        target = y[i]
+        seen = counters[SEEN]
+        state = rng[0]
+        # A discovered class takes part from the first event that carries it, exactly as when
+        # the events are learned one at a time.
+        if target >= counters[ACTIVE_CLASSES]:
+            counters[ACTIVE_CLASSES] = target + 1
+        n_classes = counters[ACTIVE_CLASSES]
+        class_scores(
+            weights, weight_sums, born, seen, cols, vals, dense, n_classes, scores, sum_scores
+        )
+        predicted, tied = argmax_tie(scores, n_classes, state)
+        averaged, _ = argmax_tie(sum_scores, n_classes, state)
+        if predicted != target:
+            counters[PQ_LAST] += 1
+        if averaged != target:
+            counters[PQ_AVERAGED] += 1
+        live = seen - counters[BORN_MODEL]
+        if prequential_voted:
+            voted = vote_multiclass(
+                weights, cols, vals, dense, n_classes, scores, predicted, live, log_counts,
+                log_rows, log_start, log_len, log_cols, log_old, counters, state, view,
+                voter_scores, votes, True,
+            )  # fmt: skip
+            counters[PQ_VOTED_SEEN] += 1
+            if voted != target:
+                counters[PQ_VOTED] += 1
+        out_margins[i] = multiclass_margin(scores, n_classes, target, row_sq)
+        out_predictions[i] = predicted
+        if tied:
+            rng[0] = state + GOLDEN_GAMMA
+        update = predicted != target
+        out_updates[i] = update
+        if update:
+            entry = open_entry(
+                live, count_touched(vals) if live > 0 else 0, target, predicted, log_counts,
+                log_rows, log_start, log_len, counters, max_voters, max_entries,
+                log_cols.shape[0],
+            )  # fmt: skip
+            apply_update(
+                weights, weight_sums, born, row_sq, target, cols, vals, True, seen, log_cols,
+                log_old, 0, entry,
+            )  # fmt: skip
+            apply_update(
+                weights, weight_sums, born, row_sq, predicted, cols, vals, False, seen, log_cols,
+                log_old, 1, entry,
+            )  # fmt: skip
+            counters[BORN_MODEL] = seen
+            counters[UPDATES] += 1
+        counters[SEEN] = seen + 1
