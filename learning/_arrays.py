@@ -141,6 +141,15 @@ class LinearState:
         self.counters[k.LOG_HEAD] = 0
         self.counters[k.POOL_TAIL] = used % entry_capacity if entry_capacity else 0
 
+    def needs_log_room(self, entries: int, max_voters: int, max_entries: int) -> bool:
+        """Whether one more voter of ``entries`` entries may not fit the log's current arrays."""
+        voter_room = self.log_counts.shape[0]
+        entry_room = self.log_cols.shape[0]
+        return bool(
+            (voter_room < max_voters and self.counters[k.N_VOTERS] >= voter_room)
+            or (entry_room < max_entries and self.counters[k.POOL_USED] + entries > entry_room)
+        )
+
     def ordered_log(self) -> dict[str, NDArray[np.generic]]:
         """The kept voters' log, oldest first, entries contiguous from 0 (a canonical form)."""
         n = self.counter(k.N_VOTERS)

@@ -35,6 +35,7 @@ needs the flag. ``last`` and ``averaged`` are always counted (averaged costs one
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,11 +43,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning import _scoring
 from learning._arrays import ENTRY_BYTES, LinearState
 from learning._rows import Rows, fit_width, learning_rows, prediction_rows
 from learning.encoders import Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
+    PREDICTOR_CODES,
     BatchResult,
     Predictor,
     PredictorName,
@@ -69,6 +72,19 @@ Outputs = tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]
 """Per-event kernel outputs: (mistakes, predictions, margins)."""
 KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]
 """The leading (indptr, indices, values, width) of every kernel call (see learning._rows)."""
+
+
+
+@dataclass(frozen=True)
+class SingleEvent:
+    """Reused buffers of the single-event paths (``learn_one``, ``predict_one``)."""
+
+    indptr: NDArray[np.int64]
+    target: NDArray[np.float64]
+    outputs: Outputs
+    codes: NDArray[Any]
+    scores: NDArray[np.float64]
+
 
 DEFAULT_MAX_VOTERS = 64
 DEFAULT_MAX_VOTER_BYTES = 4 * 2**20
@@ -247,41 +263,69 @@ class LinearLearner(_ClassifierBase):
             self._state.ensure_shape(self._rows(), rows.dimension)
         return self._learn_single(rows.kernel_args(), vector.shape[0], code)
 
+
     def _learn_sparse(
         self, indices: NDArray[np.int64], values: NDArray[np.float64], code: NDArray[Any]
     ) -> bool:
-        """One sparse event (sorted columns, values) through the CSR kernel: O(nnz), no dense row."""
-        dimension = self.encoder.dimension
-        if not getattr(self.encoder, "validated_output", False):
-            batch = CSRBatch(np.array([0, len(values)], dtype=np.int64), indices, values, dimension)
+        """One sparse event (sorted columns, values) through the CSR kernel: O(nnz), no dense row.
+
+        The lean path of ``learn_one``: unless the encoder vouches for its output
+        (``validated_output``) the event goes through ``learn_batch``'s checks.
+        """
+        encoder = self.encoder
+        dimension = encoder.dimension
+        single = self._single()
+        single.indptr[1] = values.shape[0]
+        if not getattr(encoder, "validated_output", False):
+            batch = CSRBatch(single.indptr.copy(), indices, values, dimension)
             return bool(self.learn_batch(batch, code).mistakes[0])
         state = self._state
         if dimension > state.weights.shape[1] or state.weights.shape[0] != self._rows():
             state.ensure_shape(self._rows(), dimension)
-        indptr = np.array([0, values.shape[0]], dtype=np.int64)
-        return self._learn_single((indptr, indices, values, 0), values.shape[0], code)
+        return self._learn_single((single.indptr, indices, values, 0), values.shape[0], code)
 
     def _learn_single(self, rows: KernelArgs, entries: int, code: NDArray[Any]) -> bool:
         state = self._state
-        counters = state.counters
-        if (
-            counters[k.N_VOTERS] >= state.log_counts.shape[0]
-            and state.log_counts.shape[0] < self.max_voters
-        ) or (
-            counters[k.POOL_USED] + entries > state.log_cols.shape[0]
-            and state.log_cols.shape[0] < self._max_entries
-        ):
-            state.ensure_log_capacity(1, entries, self.max_voters, self._max_entries)
-        outputs = self._single_outputs()
-        self._run_kernel(rows, code, outputs)
+        max_entries = self.max_voter_bytes // ENTRY_BYTES
+        if state.needs_log_room(entries, self.max_voters, max_entries):
+            state.ensure_log_capacity(1, entries, self.max_voters, max_entries)
+        outputs = self._single().outputs
+        self._learning_kernel(
+            *rows,
+            code,
+            state.weights,
+            state.weight_sums,
+            state.born,
+            state.row_sq,
+            state.log_counts,
+            state.log_rows,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
+            state.counters,
+            state.rng,
+            self.max_voters,
+            max_entries,
+            self.prequential_voted,
+            *outputs,
+        )
         return bool(outputs[0][0])
 
-    def _single_outputs(self) -> Outputs:
-        outputs = getattr(self, "_outputs_of_one", None)
-        if outputs is None:
-            outputs = self._outputs(1)
-            self._outputs_of_one = outputs
-        return outputs
+    def _single(self) -> SingleEvent:
+        """Buffers reused by every single-event call (they hold nothing between calls)."""
+        single: SingleEvent | None = self.__dict__.get("_single_event")
+        if single is None:
+            codes = np.empty(1, dtype=np.int64 if self.multiclass else np.float64)
+            single = SingleEvent(
+                indptr=np.zeros(2, dtype=np.int64),
+                target=np.empty(1),
+                outputs=self._outputs(1),
+                codes=codes,
+                scores=np.empty((1, self._rows()) if self.multiclass else 1),
+            )
+            self.__dict__["_single_event"] = single
+        return single
 
     def _outputs(self, n: int) -> Outputs:
         prediction_type = np.int64 if self.multiclass else np.float64
@@ -300,13 +344,11 @@ class LinearLearner(_ClassifierBase):
         dimension = self._state.dimension
         if getattr(encoder, "sparse", False):
             indices, values = encoder.encode_sparse(x, grow=False)  # type: ignore[attr-defined]
-            batch = CSRBatch(
-                np.array([0, values.shape[0]], dtype=np.int64), indices, values, encoder.dimension
-            )
-            if validated and encoder.dimension <= dimension:
-                rows = Rows.sparse(batch)
-            else:
-                rows = prediction_rows(batch, dimension, encoder.growable)
+            if validated and encoder.dimension <= dimension and not self.multiclass:
+                return self._predict_sparse_one(indices, values)
+            indptr = np.array([0, values.shape[0]], dtype=np.int64)
+            batch = CSRBatch(indptr, indices, values, encoder.dimension)
+            rows = prediction_rows(batch, dimension, encoder.growable)
         else:
             row = encoder.encode(x)[None, :]
             if validated and row.shape[1] == dimension:
@@ -315,6 +357,32 @@ class LinearLearner(_ClassifierBase):
                 rows = prediction_rows(row, dimension, encoder.growable)
         codes, _ = predict_codes(self._state, rows, predictor_code(self.predictor), self.multiclass)
         return self._decode(codes.tolist()[0])
+
+    def _predict_sparse_one(self, indices: NDArray[np.int64], values: NDArray[np.float64]) -> Hashable:
+        """The lean binary path of ``predict_one`` for one checked sparse event."""
+        state = self._state
+        single = self._single()
+        single.indptr[1] = values.shape[0]
+        _scoring.predict_binary(
+            single.indptr,
+            indices,
+            values,
+            0,
+            1,
+            state.weights,
+            state.weight_sums,
+            state.born,
+            state.log_counts,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
+            state.counters,
+            PREDICTOR_CODES[self.predictor],
+            single.codes,
+            single.scores,
+        )
+        return self._decode(float(single.codes[0]))
 
     def predict_batch(
         self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None

@@ -87,7 +87,8 @@ class Perceptron(LinearLearner):
 
         Nothing changes when the label or the features are invalid.
         """
-        target = np.array([self.label_map.encode(y)])
+        target = self._single().target
+        target[0] = self.label_map.encode(y)
         encoder = self.encoder
         if getattr(encoder, "sparse", False):
             indices, values = encoder.encode_sparse(x, grow=True)  # type: ignore[attr-defined]
