@@ -228,7 +228,7 @@ class LinearState:
         return {name: getattr(self, name) for name in ARRAY_DTYPES}
 
     def sparse_arrays(self) -> dict[str, NDArray[np.generic]]:
-        """The state with only its touched coordinates: O(updates × nnz), not O(dimension).
+        """The state with only its touched coordinates: O(updates x nnz), not O(dimension).
 
         A coordinate is stored when its weight, its averaging sum or its birth time is not the
         initial zero; the log is stored in canonical order. :meth:`from_sparse_arrays` inverts it.
@@ -263,7 +263,7 @@ class LinearState:
         for name, dtype in expected.items():
             if arrays[name].dtype != dtype:
                 raise StateError(f"array {name!r} has dtype {arrays[name].dtype}, expected {dtype}")
-        shape = arrays["shape"]
+        shape: NDArray[np.int64] = np.asarray(arrays["shape"], dtype=np.int64)
         if shape.shape != (2,) or (shape < 0).any():
             raise StateError(f"weights shape must be two non-negative sizes, got {shape.tolist()}")
         rows, dimension = (int(size) for size in shape)
@@ -309,10 +309,13 @@ class LinearState:
         self._check_log(rows, dimension)
 
     def _check_log(self, rows: int, dimension: int) -> None:
-        """The log in canonical order: contiguous entries, valid rows and columns, sums that add up."""
+        """The log in canonical order: contiguous entries, valid rows and columns, sound sums."""
         starts = np.zeros_like(self.log_len)
         np.cumsum(self.log_len[:-1], out=starts[1:])
-        if not np.array_equal(starts, self.log_start) or self.log_len.sum() != self.log_cols.shape[0]:
+        if (
+            not np.array_equal(starts, self.log_start)
+            or self.log_len.sum() != self.log_cols.shape[0]
+        ):
             raise StateError("voter log entries are not contiguous")
         if self.counter(k.POOL_USED) != self.log_cols.shape[0]:
             raise StateError("voter log size does not match its counter")

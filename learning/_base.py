@@ -35,8 +35,8 @@ needs the flag. ``last`` and ``averaged`` are always counted (averaged costs one
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -74,7 +74,6 @@ KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], in
 """The leading (indptr, indices, values, width) of every kernel call (see learning._rows)."""
 
 
-
 @dataclass(frozen=True)
 class SingleEvent:
     """Reused buffers of the single-event paths (``learn_one``, ``predict_one``)."""
@@ -95,7 +94,7 @@ class LinearLearner(_ClassifierBase):
     """Base of the perceptron learners (not used directly)."""
 
     multiclass: ClassVar[bool] = False
-    _learning_kernel: ClassVar[Callable[..., int]]
+    _learning_kernel: ClassVar[Callable[..., None]]
     """The compiled pass of :meth:`learn_batch` (``learn_binary`` or ``learn_multiclass``)."""
     encoder: Encoder
     predictor: PredictorName
@@ -104,7 +103,7 @@ class LinearLearner(_ClassifierBase):
     prequential_voted: bool
     _state: LinearState
 
-    def _init_common(  # noqa: PLR0913 - the learners' shared hyperparameters
+    def _init_common(
         self,
         encoder: Encoder | None,
         predictor: PredictorName,
@@ -263,7 +262,6 @@ class LinearLearner(_ClassifierBase):
             self._state.ensure_shape(self._rows(), rows.dimension)
         return self._learn_single(rows.kernel_args(), vector.shape[0], code)
 
-
     def _learn_sparse(
         self, indices: NDArray[np.int64], values: NDArray[np.float64], code: NDArray[Any]
     ) -> bool:
@@ -358,7 +356,9 @@ class LinearLearner(_ClassifierBase):
         codes, _ = predict_codes(self._state, rows, predictor_code(self.predictor), self.multiclass)
         return self._decode(codes.tolist()[0])
 
-    def _predict_sparse_one(self, indices: NDArray[np.int64], values: NDArray[np.float64]) -> Hashable:
+    def _predict_sparse_one(
+        self, indices: NDArray[np.int64], values: NDArray[np.float64]
+    ) -> Hashable:
         """The lean binary path of ``predict_one`` for one checked sparse event."""
         state = self._state
         single = self._single()
@@ -448,7 +448,7 @@ class LinearLearner(_ClassifierBase):
 
     @property
     def dropped_voters(self) -> int:
-        """Voters dropped at the ``max_voters`` / ``max_voter_bytes`` bound (0: the vote is exact)."""
+        """Voters dropped at the ``max_voters`` / ``max_voter_bytes`` bounds (0: an exact vote)."""
         return self._state.counter(k.DROPPED_VOTERS)
 
     @property
@@ -458,7 +458,7 @@ class LinearLearner(_ClassifierBase):
 
     @property
     def voters(self) -> list[tuple[int, NDArray[np.float64]]]:
-        """Kept finished voters (survival count, weights), oldest first (rebuilt: O(voters × d))."""
+        """Kept finished voters (survival count, weights), oldest first (rebuilt: O(voters x d))."""
         return self._state.voter_list()
 
     # ------------------------------------------------------------------ persistence

@@ -55,7 +55,6 @@ binary one ignores the generator), so one call site serves them alike.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 

@@ -2,7 +2,7 @@
 
 Rows, state layout and the determinism rules are described in :mod:`learning._kernels`; the
 voters' update log in :mod:`learning._voters`. Per event a sparse row costs O(nnz) for the score,
-the averaged score and the update, and O(voters × nnz) for the prequential vote (when counted).
+the averaged score and the update, and O(voters x nnz) for the prequential vote (when counted).
 """
 
 from __future__ import annotations

@@ -120,25 +120,26 @@ def check_matrix(X: object) -> NDArray[np.float64]:
 def check_csr(batch: CSRBatch) -> CSRBatch:
     """A CSR batch with int64/float64 arrays whose structure and values are valid.
 
-    Raises ``FeatureError`` (``malformed_sparse``, ``non_finite``, ``too_large`` with the row
-    index) naming the first breach.
+    A breach of the CSR invariants is a bug of whoever built the batch, not a bad event: it raises
+    ``ValueError`` naming it. A bad value raises ``FeatureError`` (``non_finite`` / ``too_large``,
+    with the row index), as for dense rows.
     """
     if not isinstance(batch, CSRBatch):
-        raise FeatureError("malformed_sparse", f"expected a CSRBatch, got {type(batch).__name__}")
-    arrays = []
+        raise TypeError(f"expected a CSRBatch, got {type(batch).__name__}")
     for name in ("indptr", "indices", "values"):
         array = np.asarray(getattr(batch, name))
-        wanted = np.float64 if name == "values" else np.int64
-        if array.dtype.kind not in ("f" if name == "values" else "iu") or array.ndim != 1:
-            raise FeatureError("malformed_sparse", f"{name} must be a 1-d {wanted.__name__} array")
-        arrays.append(np.ascontiguousarray(array, dtype=wanted))
+        kinds, wanted = ("f", "float64") if name == "values" else ("iu", "int64")
+        if array.dtype.kind not in kinds or array.ndim != 1:
+            raise ValueError(f"CSR {name} must be a 1-d {wanted} array")
     if not isinstance(batch.dimension, int | np.integer) or batch.dimension < 0:
-        raise FeatureError("malformed_sparse", f"dimension must be a size, got {batch.dimension!r}")
-    checked = CSRBatch(arrays[0], arrays[1], arrays[2], int(batch.dimension))
-    try:
-        checked.validate()
-    except ValueError as error:
-        raise FeatureError("malformed_sparse", str(error)) from None
+        raise ValueError(f"CSR dimension must be a size, got {batch.dimension!r}")
+    checked = CSRBatch(
+        np.ascontiguousarray(batch.indptr, dtype=np.int64),
+        np.ascontiguousarray(batch.indices, dtype=np.int64),
+        np.ascontiguousarray(batch.values, dtype=np.float64),
+        int(batch.dimension),
+    )
+    checked.validate()
     bad = k.first_invalid_value(checked.values, MAX_ABS_FEATURE)
     if bad >= 0:
         row = int(np.searchsorted(checked.indptr, bad, side="right")) - 1

@@ -1,7 +1,7 @@
 """The scoring kernels: predictions of one predictor, and the live bound tracker's pass.
 
 Rows come as in :mod:`learning._kernels` (dense or CSR, one form); every quantity costs O(nnz)
-per sparse row (O(voters × nnz) for the vote): scores, the averaged score, ‖x̃‖² and the
+per sparse row (O(voters x nnz) for the vote): scores, the averaged score, ‖x̃‖² and the
 reference margins (a reference u is dense; u·x̃ visits x̃'s non-zeros only).
 """
 
@@ -154,8 +154,6 @@ def predict_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 # --------------------------------------------------------------------------- bound tracking
-
-
 
 
 @_jit

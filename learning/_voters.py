@@ -10,7 +10,7 @@ Scoring a row x with every voter, newest first, starts from the live weights on 
 compact view: one value per stored column) and walks the log backwards, writing each update's old
 values back into the view; after update m's entry is undone the view holds voter m's weights on
 x's columns, which are scored exactly like a dense copy would be (same values, same partial-sum
-order). The cost per event is O(voters × nnz(x) + log entries), and nothing of size d is touched
+order). The cost per event is O(voters x nnz(x) + log entries), and nothing of size d is touched
 for a sparse row.
 
 Layout: voters are a ring of ``len(log_counts)`` slots (oldest at ``counters[LOG_HEAD]``,
@@ -113,7 +113,7 @@ def open_entry(  # noqa: PLR0917 - numba kernels take positional arrays
     counters[POOL_USED] += entries
     tail = start + entries
     counters[POOL_TAIL] = tail % pool_capacity if pool_capacity > 0 else 0
-    return start
+    return int(start)
 
 
 @_jit
@@ -245,8 +245,9 @@ def vote_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                 row = log_rows[slot, which]
                 if row == NO_ROW:
                     continue
-                restore(view[row], cols, dense, log_cols, log_old, which, log_start[slot],
-                        log_len[slot])
+                restore(
+                    view[row], cols, dense, log_cols, log_old, which, log_start[slot], log_len[slot]
+                )
                 voter_scores[row] = compact_dot(view[row], cols, vals, dense)
             choice, _ = argmax_tie(voter_scores, n_classes, state)
             votes[choice] += log_counts[slot]

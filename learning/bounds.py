@@ -50,8 +50,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from learning import _kernels as k
 from learning import _scoring
-from learning.errors import StateError
 from learning._rows import learning_rows
+from learning.errors import StateError
 from learning.predictor import BatchResult
 from learning.sparse import CSRBatch
 

@@ -13,7 +13,7 @@ Arrays are stored as their raw little-endian bytes, so a round trip is bit-exact
 averaging sums, the voters' update log, counters, the generator state). The learner's arrays are
 sparse (format version 2): only the coordinates learning has touched (flat indices into the
 weights, with their weight, averaging sum and birth time) and the voters' update log, so a state
-grows with updates × non-zeros, not with the dimension; version 1 (dense) blobs are refused with
+grows with updates x non-zeros, not with the dimension; version 1 (dense) blobs are refused with
 a :class:`~learning.errors.StateError` saying so. Metadata (hyperparameters, labels,
 vocabulary) is JSON. The form is canonical: two learners in the same state give the same bytes,
 whatever batch sizes brought them there. Loading verifies magic, version and checksum before

@@ -173,7 +173,7 @@ def bounded_voted_binary(
     )
 
 
-def bounded_voted_multiclass(  # noqa: PLR0913 - a literal reference
+def bounded_voted_multiclass(
     X: NDArray[np.float64],
     y: NDArray[np.int64],
     n_classes: int,

@@ -263,9 +263,7 @@ def test_fit_epochs_shuffles_reproducibly() -> None:
 
 @pytest.mark.parametrize("multiclass", [False, True])
 @pytest.mark.parametrize("bad_value", [np.nan, -np.inf, 5e100])
-def test_large_batches_are_all_or_nothing(
-    multiclass: bool, bad_value: float
-) -> None:
+def test_large_batches_are_all_or_nothing(multiclass: bool, bad_value: float) -> None:
     X, y = integer_stream(3000, 2, 8)
     model: Perceptron | MulticlassPerceptron
     if multiclass:

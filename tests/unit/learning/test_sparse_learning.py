@@ -104,7 +104,11 @@ def test_binary_sparse_equals_dense(
 ) -> None:
     X, y, cuts = stream
     d = X.shape[1] - 1
-    settings_ = {"prequential_voted": True, "max_voters": max_voters, "max_voter_bytes": 24 * budget}
+    settings_ = {
+        "prequential_voted": True,
+        "max_voters": max_voters,
+        "max_voter_bytes": 24 * budget,
+    }
     dense = kind(SIGNS, encoder=DenseEncoder(d), **settings_)  # type: ignore[arg-type]
     sparse = kind(SIGNS, encoder=DenseEncoder(d), **settings_)  # type: ignore[arg-type]
     dense_results = learn_in_pieces(dense, X, y, cuts)
@@ -169,7 +173,9 @@ def test_the_comparison_sees_a_different_vector() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(stream=streams(multiclass=False), u=st.lists(entries, min_size=MAX_WIDTH, max_size=MAX_WIDTH))
+@given(
+    stream=streams(multiclass=False), u=st.lists(entries, min_size=MAX_WIDTH, max_size=MAX_WIDTH)
+)
 def test_bound_statuses_are_identical_and_hold_on_sparse_streams(
     stream: tuple[np.ndarray, np.ndarray, list[int]], u: list[float]
 ) -> None:
@@ -233,7 +239,9 @@ def test_a_sparse_stream_learns_a_separable_hashed_bag_of_words_and_the_bound_ho
     tracker = BoundTracker([Reference("teacher", teacher)])
     for start in range(0, len(y), 500):
         piece = batch.select(start, start + 500)
-        tracker.observe_batch(piece, y[start : start + 500], model.learn_batch(piece, y[start:start + 500]))
+        tracker.observe_batch(
+            piece, y[start : start + 500], model.learn_batch(piece, y[start : start + 500])
+        )
     status = tracker.status()[0]
     assert status.min_margin is not None and status.min_margin > 0
     assert status.novikoff is not None and model.n_updates <= status.novikoff

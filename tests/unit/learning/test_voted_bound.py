@@ -27,7 +27,9 @@ def sparse_integer_stream(n: int, d: int, seed: int) -> tuple[np.ndarray, np.nda
     return X, y
 
 
-def voted_predictions(model: VotedPerceptron | MulticlassPerceptron, X: np.ndarray, y: np.ndarray) -> list[int]:
+def voted_predictions(
+    model: VotedPerceptron | MulticlassPerceptron, X: np.ndarray, y: np.ndarray
+) -> list[int]:
     """The voted prediction before each event (a snapshot), then learning it from a CSR row."""
     predictions = []
     for i in range(len(y)):
