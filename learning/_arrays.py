@@ -24,7 +24,6 @@ logger = logging.getLogger(__name__)
 ARRAY_DTYPES: dict[str, np.dtype[np.generic]] = {
     "weights": np.dtype(np.float64),
     "weight_sums": np.dtype(np.float64),
-    "born": np.dtype(np.int64),
     "row_sq": np.dtype(np.float64),
     "log_counts": np.dtype(np.int64),
     "log_rows": np.dtype(np.int64),
@@ -36,7 +35,7 @@ ARRAY_DTYPES: dict[str, np.dtype[np.generic]] = {
     "rng": np.dtype(np.uint64),
 }
 FLOAT_ARRAYS = ("weights", "weight_sums", "row_sq", "log_old")
-COUNT_ARRAYS = ("born", "log_counts", "log_start", "log_len", "log_cols", "counters")
+COUNT_ARRAYS = ("log_counts", "log_start", "log_len", "log_cols", "counters")
 LOG_ARRAYS = ("log_counts", "log_rows", "log_start", "log_len", "log_cols", "log_old")
 ENTRY_BYTES = 8 * (1 + TOUCHED_ROWS)
 """Bytes of one update-log entry: a column and the old value of each touched row."""
@@ -73,7 +72,6 @@ class LinearState:
 
     weights: NDArray[np.float64]
     weight_sums: NDArray[np.float64]
-    born: NDArray[np.int64]
     row_sq: NDArray[np.float64]
     log_counts: NDArray[np.int64]
     log_rows: NDArray[np.int64]
@@ -87,7 +85,6 @@ class LinearState:
     def __init__(self, rows: int, dimension: int, seed: int = 0) -> None:
         self.weights = np.zeros((rows, dimension))
         self.weight_sums = np.zeros((rows, dimension))
-        self.born = np.zeros((rows, dimension), dtype=np.int64)
         self.row_sq = np.zeros(rows)
         for name, array in empty_log(0, 0).items():
             setattr(self, name, array)
@@ -114,7 +111,6 @@ class LinearState:
             return
         self.weights = _pad(self.weights, shape)  # type: ignore[assignment]
         self.weight_sums = _pad(self.weight_sums, shape)  # type: ignore[assignment]
-        self.born = _pad(self.born, shape)  # type: ignore[assignment]
         self.row_sq = _pad(self.row_sq, (shape[0],))  # type: ignore[assignment]
 
     def ensure_log_capacity(
@@ -179,7 +175,7 @@ class LinearState:
         seen = self.counter(k.SEEN)
         if seen == 0:
             return np.zeros_like(self.weights)
-        total: NDArray[np.float64] = (self.weight_sums + (seen - self.born) * self.weights) / seen
+        total: NDArray[np.float64] = (self.weight_sums + seen * self.weights) / seen
         return total
 
     def voter_list(self) -> list[tuple[int, NDArray[np.float64]]]:
@@ -230,13 +226,15 @@ class LinearState:
     def sparse_arrays(self) -> dict[str, NDArray[np.generic]]:
         """The state with only its touched coordinates: O(updates x nnz), not O(dimension).
 
-        A coordinate is stored when its weight, its averaging sum or its birth time is not the
-        initial zero; the log is stored in canonical order. :meth:`from_sparse_arrays` inverts it.
+        A coordinate is stored when its weight or its averaging sum is not the initial zero (a
+        stored -0.0 keeps its sign); the log is stored in canonical order.
+        :meth:`from_sparse_arrays` inverts it.
         """
         touched = np.flatnonzero(
             (self.weights != 0.0).ravel()
             | (self.weight_sums != 0.0).ravel()
-            | (self.born != 0).ravel()
+            | np.signbit(self.weights).ravel()
+            | np.signbit(self.weight_sums).ravel()
         )
         counters = self.counters.copy()
         counters[k.LOG_HEAD] = 0
@@ -246,7 +244,6 @@ class LinearState:
             "coordinates": touched.astype(np.int64),
             "weights": self.weights.ravel()[touched],
             "weight_sums": self.weight_sums.ravel()[touched],
-            "born": self.born.ravel()[touched],
             "row_sq": self.row_sq.copy(),
             **self.ordered_log(),
             "counters": counters,
@@ -269,7 +266,7 @@ class LinearState:
         rows, dimension = (int(size) for size in shape)
         coordinates = arrays["coordinates"]
         n = coordinates.shape[0]
-        for name in ("weights", "weight_sums", "born"):
+        for name in ("weights", "weight_sums"):
             if arrays[name].shape != (n,):
                 raise StateError(f"array {name!r} has shape {arrays[name].shape}, expected ({n},)")
         if coordinates.ndim != 1 or (n and (
@@ -278,7 +275,7 @@ class LinearState:
         )):  # fmt: skip
             raise StateError("coordinates must increase strictly within the weights' shape")
         state = cls(rows, dimension)
-        for name in ("weights", "weight_sums", "born"):
+        for name in ("weights", "weight_sums"):
             getattr(state, name).ravel()[coordinates] = arrays[name]
         for name in ("row_sq", "counters", "rng", *LOG_ARRAYS):
             setattr(state, name, np.ascontiguousarray(arrays[name]).copy())

@@ -36,14 +36,14 @@ exactly the coordinates with x_j ≠ 0 in both forms (a stored zero is skipped).
 State layout
 ------------
 Weights are a matrix ``W`` of shape (rows, d): one row for a binary learner, one per class for a
-multiclass one. Averaging is lazy **per coordinate**: ``weight_sums[r, j]`` holds the sum of the
-coordinate's finished values, each times the events it lasted, and ``born[r, j]`` the number of
-events seen when it took its current value, so the sum of its post-event values after t events is
-``weight_sums[r, j] + (t - born[r, j])·W[r, j]``. Only the coordinates an update changes are
-touched, so an update costs O(nnz), and the averaged score of an event is
-Σ_j x_j·(weight_sums[r, j] + (t - born[r, j])·W[r, j]) over its non-zeros. ``row_sq[r]`` is ‖W[r]‖²,
-kept up to date by adding each touched coordinate's change of square (in increasing column order),
-for the normalised margins.
+multiclass one. Averaging is lazy **per coordinate** (the standard trick): an update Δ applied at
+event t (0-based) is part of every post-event weight from event t on, so after T events the sum
+of the post-event weights is Σ_k Δ_k·(T - t_k) = T·W - Σ_k t_k·Δ_k. ``weight_sums[r, j]`` holds
+-Σ_k t_k·Δ_k for its coordinate, so Σ post-event W = ``weight_sums + T·W`` and w̄ is that over T.
+An update changes only the coordinates it touches (weight_sums -= t·Δ there): O(nnz); the
+averaged score of an event is weight_sums·x + T·(W·x), two dot products over its non-zeros.
+``row_sq[r]`` is ‖W[r]‖², kept up to date by adding each touched coordinate's change of square (in
+increasing column order), for the normalised margins.
 
 The voted predictor's voters are kept as an update log (see :mod:`learning._voters`).
 
@@ -296,12 +296,12 @@ def gather_dot(a: Floats, cols: Ints, vals: Floats, dense: bool) -> float:
 
 @_jit
 def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
-    w: Floats, sums: Floats, born: Ints, seen: int, cols: Ints, vals: Floats, dense: bool
+    w: Floats, sums: Floats, seen: int, cols: Ints, vals: Floats, dense: bool
 ) -> tuple[float, float]:
-    """(w·x, Σ_j x_j·(sums_j + (seen - born_j)·w_j)): the score and the lazy-average score.
+    """(w·x, (Σ post-event w)·x): the score and ``seen`` times the averaged score.
 
-    The second is (Σ post-event w)·x̃, i.e. ``seen`` times the averaged score. Both are summed in
-    four partial sums by column mod 4, dense and sparse alike.
+    (Σ post-event w)·x = sums·x + seen·(w·x) (see the state layout); both dot products are summed
+    in four partial sums by column mod 4, dense and sparse alike, then combined in this order.
     """
     s0 = 0.0
     s1 = 0.0
@@ -319,40 +319,41 @@ def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
             s1 += w[j + 1] * vals[j + 1]
             s2 += w[j + 2] * vals[j + 2]
             s3 += w[j + 3] * vals[j + 3]
-            t0 += vals[j] * (sums[j] + (seen - born[j]) * w[j])
-            t1 += vals[j + 1] * (sums[j + 1] + (seen - born[j + 1]) * w[j + 1])
-            t2 += vals[j + 2] * (sums[j + 2] + (seen - born[j + 2]) * w[j + 2])
-            t3 += vals[j + 3] * (sums[j + 3] + (seen - born[j + 3]) * w[j + 3])
+            t0 += sums[j] * vals[j]
+            t1 += sums[j + 1] * vals[j + 1]
+            t2 += sums[j + 2] * vals[j + 2]
+            t3 += sums[j + 3] * vals[j + 3]
         tail = n - m
         if tail > 0:
             s0 += w[m] * vals[m]
-            t0 += vals[m] * (sums[m] + (seen - born[m]) * w[m])
+            t0 += sums[m] * vals[m]
         if tail > 1:
             s1 += w[m + 1] * vals[m + 1]
-            t1 += vals[m + 1] * (sums[m + 1] + (seen - born[m + 1]) * w[m + 1])
+            t1 += sums[m + 1] * vals[m + 1]
         if tail > 2:
             s2 += w[m + 2] * vals[m + 2]
-            t2 += vals[m + 2] * (sums[m + 2] + (seen - born[m + 2]) * w[m + 2])
-        return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
-    for k in range(n):
-        c = cols[k]
-        v = vals[k]
-        p = w[c] * v
-        q = v * (sums[c] + (seen - born[c]) * w[c])
-        lane = c & LANE_MASK
-        if lane == 0:
-            s0 += p
-            t0 += q
-        elif lane == 1:
-            s1 += p
-            t1 += q
-        elif lane == 2:
-            s2 += p
-            t2 += q
-        else:
-            s3 += p
-            t3 += q
-    return (s0 + s1) + (s2 + s3), (t0 + t1) + (t2 + t3)
+            t2 += sums[m + 2] * vals[m + 2]
+    else:
+        for k in range(n):
+            c = cols[k]
+            v = vals[k]
+            p = w[c] * v
+            q = sums[c] * v
+            lane = c & LANE_MASK
+            if lane == 0:
+                s0 += p
+                t0 += q
+            elif lane == 1:
+                s1 += p
+                t1 += q
+            elif lane == 2:
+                s2 += p
+                t2 += q
+            else:
+                s3 += p
+                t3 += q
+    score = (s0 + s1) + (s2 + s3)
+    return score, ((t0 + t1) + (t2 + t3)) + seen * score
 
 
 @_jit

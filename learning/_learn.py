@@ -49,7 +49,6 @@ def longest_row(indptr: Ints, width: int, n: int) -> int:
 def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     weights: Floats,
     weight_sums: Floats,
-    born: Ints,
     row_sq: Floats,
     row: int,
     cols: Ints,
@@ -63,13 +62,12 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
 ) -> None:
     """W[row] ± x on the coordinates with x_j ≠ 0, in increasing column order.
 
-    Each touched coordinate first closes its lazy-average term (sums += (seen - born)·old,
-    born = seen); ``row_sq[row]`` gets the change of its square; with ``start`` ≥ 0 the old value
-    is logged for the voters (column ``which`` of ``log_old``, entries from ``start`` on).
+    Each touched coordinate's lazy-average sum takes -seen·Δ (see :mod:`learning._kernels`);
+    ``row_sq[row]`` gets the change of its square; with ``start`` ≥ 0 the old value is logged for
+    the voters (column ``which`` of ``log_old``, entries from ``start`` on).
     """
     w = weights[row]
     a = weight_sums[row]
-    b = born[row]
     capacity = log_cols.shape[0]
     position = start
     change = 0.0
@@ -79,9 +77,12 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
             continue
         c = cols[k]
         old = w[c]
-        a[c] += (seen - b[c]) * old
-        b[c] = seen
-        new = old + v if positive else old - v
+        if positive:
+            new = old + v
+            a[c] -= seen * v
+        else:
+            new = old - v
+            a[c] += seen * v
         w[c] = new
         change += new * new - old * old
         if start >= 0:
@@ -103,7 +104,6 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     y: Floats,
     weights: Floats,
     weight_sums: Floats,
-    born: Ints,
     row_sq: Floats,
     log_counts: Ints,
     log_rows: Ints,
@@ -128,7 +128,6 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     dense = width > 0
     w = weights[0]
     a = weight_sums[0]
-    b = born[0]
     view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
@@ -137,7 +136,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         target = y[i]
         seen = counters[SEEN]
         live = seen - counters[BORN_MODEL]
-        score, total = row_scores(w, a, b, seen, cols, vals, dense)
+        score, total = row_scores(w, a, seen, cols, vals, dense)
         predicted = sign(score)
         if predicted != target:
             counters[PQ_LAST] += 1
@@ -162,7 +161,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
             )  # fmt: skip
             apply_update(
-                weights, weight_sums, born, row_sq, 0, cols, vals, target > 0.0, seen, log_cols,
+                weights, weight_sums, row_sq, 0, cols, vals, target > 0.0, seen, log_cols,
                 log_old, 0, entry,
             )  # fmt: skip
             counters[BORN_MODEL] = seen
@@ -191,7 +190,6 @@ def multiclass_margin(scores: Floats, n_classes: int, target: int, row_sq: Float
 def class_scores(  # noqa: PLR0917 - numba kernels take positional arrays
     weights: Floats,
     weight_sums: Floats,
-    born: Ints,
     seen: int,
     cols: Ints,
     vals: Floats,
@@ -202,7 +200,7 @@ def class_scores(  # noqa: PLR0917 - numba kernels take positional arrays
 ) -> None:
     """Per active class: scores[c] = W[c]·x̃ and sums[c] = (Σ post-event W[c])·x̃ (lazy average)."""
     for c in range(n_classes):
-        s, sa = row_scores(weights[c], weight_sums[c], born[c], seen, cols, vals, dense)
+        s, sa = row_scores(weights[c], weight_sums[c], seen, cols, vals, dense)
         scores[c] = s
         sums[c] = sa
 
@@ -216,7 +214,6 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     y: Ints,
     weights: Floats,
     weight_sums: Floats,
-    born: Ints,
     row_sq: Floats,
     log_counts: Ints,
     log_rows: Ints,
@@ -259,7 +256,7 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
             counters[ACTIVE_CLASSES] = target + 1
         n_classes = counters[ACTIVE_CLASSES]
         class_scores(
-            weights, weight_sums, born, seen, cols, vals, dense, n_classes, scores, sum_scores
+            weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sum_scores
         )
         predicted, tied = argmax_tie(scores, n_classes, state)
         averaged, _ = argmax_tie(sum_scores, n_classes, state)
@@ -290,11 +287,11 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                 log_cols.shape[0],
             )  # fmt: skip
             apply_update(
-                weights, weight_sums, born, row_sq, target, cols, vals, True, seen, log_cols,
+                weights, weight_sums, row_sq, target, cols, vals, True, seen, log_cols,
                 log_old, 0, entry,
             )  # fmt: skip
             apply_update(
-                weights, weight_sums, born, row_sq, predicted, cols, vals, False, seen, log_cols,
+                weights, weight_sums, row_sq, predicted, cols, vals, False, seen, log_cols,
                 log_old, 1, entry,
             )  # fmt: skip
             counters[BORN_MODEL] = seen

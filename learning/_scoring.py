@@ -45,7 +45,6 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     n: int,
     weights: Floats,
     weight_sums: Floats,
-    born: Ints,
     log_counts: Ints,
     log_start: Ints,
     log_len: Ints,
@@ -63,7 +62,6 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     dense = width > 0
     w = weights[0]
     a = weight_sums[0]
-    b = born[0]
     seen = counters[SEEN]
     live = seen - counters[BORN_MODEL]
     mass = live + counters[VOTE_TOTAL]
@@ -72,7 +70,7 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        score, total = row_scores(w, a, b, seen, cols, vals, dense)
+        score, total = row_scores(w, a, seen, cols, vals, dense)
         if which == LAST:
             out_codes[i] = sign(score)
             out_scores[i] = score
@@ -97,7 +95,6 @@ def predict_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     n: int,
     weights: Floats,
     weight_sums: Floats,
-    born: Ints,
     log_counts: Ints,
     log_rows: Ints,
     log_start: Ints,
@@ -131,7 +128,7 @@ def predict_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        class_scores(weights, weight_sums, born, seen, cols, vals, dense, n_classes, scores, sums)
+        class_scores(weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sums)
         predicted, _ = argmax_tie(scores, n_classes, state)
         if which == LAST:
             out_codes[i] = predicted
