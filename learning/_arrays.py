@@ -131,7 +131,7 @@ class LinearState:
         for name in ("log_counts", "log_rows", "log_start", "log_len"):
             log[name][:n] = ordered[name]
         log["log_cols"][:used] = ordered["log_cols"]
-        log["log_old"][:used] = ordered["log_old"]
+        log["log_old"][:, :used] = ordered["log_old"]
         for name, array in log.items():
             setattr(self, name, array)
         self.counters[k.LOG_HEAD] = 0
@@ -167,7 +167,7 @@ class LinearState:
             "log_start": starts,
             "log_len": lengths.copy(),
             "log_cols": self.log_cols[positions].copy(),
-            "log_old": self.log_old[positions].copy(),
+            "log_old": self.log_old[:, positions].copy(),
         }
 
     def averaged_weights(self) -> NDArray[np.float64]:
@@ -186,10 +186,10 @@ class LinearState:
         for v in range(self.counter(k.N_VOTERS) - 1, -1, -1):
             start = int(log["log_start"][v])
             columns = log["log_cols"][start : start + int(log["log_len"][v])]
-            old = log["log_old"][start : start + columns.shape[0]]
+            old = log["log_old"][:, start : start + columns.shape[0]]
             for which, row in enumerate(log["log_rows"][v].tolist()):
                 if row != NO_ROW:
-                    current[row, columns] = old[:, which]
+                    current[row, columns] = old[which]
             voters.append((int(log["log_counts"][v]), current.copy()))
         return voters[::-1]
 
@@ -294,7 +294,7 @@ class LinearState:
             "log_rows": (n_voters, 2),
             "log_start": (n_voters,),
             "log_len": (n_voters,),
-            "log_old": (entries, 2),
+            "log_old": (2, entries),
         }
         for name, shape in expected.items():
             actual = getattr(self, name).shape

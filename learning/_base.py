@@ -45,8 +45,15 @@ from numpy.typing import NDArray
 from learning import _kernels as k
 from learning import _scoring
 from learning._arrays import ENTRY_BYTES, LinearState
-from learning._rows import Rows, fit_width, learning_rows, prediction_rows
-from learning.encoders import Encoder, VocabularyEncoder
+from learning._rows import (
+    Rows,
+    check_values,
+    fit_width,
+    learning_rows,
+    prediction_rows,
+    value_error,
+)
+from learning.encoders import MAX_ABS_FEATURE, Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
     PREDICTOR_CODES,
@@ -85,6 +92,8 @@ class SingleEvent:
     scores: NDArray[np.float64]
 
 
+IN_KERNEL_CHECK_FACTOR = 4
+NO_CHECK = 0.0
 DEFAULT_MAX_VOTERS = 64
 DEFAULT_MAX_VOTER_BYTES = 4 * 2**20
 """4 MiB of update log: 174,762 entries, e.g. 64 voters of 2,730 non-zeros each."""
@@ -94,7 +103,7 @@ class LinearLearner(_ClassifierBase):
     """Base of the perceptron learners (not used directly)."""
 
     multiclass: ClassVar[bool] = False
-    _learning_kernel: ClassVar[Callable[..., None]]
+    _learning_kernel: ClassVar[Callable[..., int]]
     """The compiled pass of :meth:`learn_batch` (``learn_binary`` or ``learn_multiclass``)."""
     encoder: Encoder
     predictor: PredictorName
@@ -162,16 +171,30 @@ class LinearLearner(_ClassifierBase):
         A batch is all or nothing: when X or y is invalid a :class:`FeatureError` /
         ``ValueError`` names the first bad row and the learner is left exactly as it was.
         """
-        rows = self._fit_learning_width(learning_rows(X))
+        rows = self._fit_learning_width(learning_rows(X, check_values_now=False))
         n = rows.n_rows
         targets = self._check_targets(y, n)
         state = self._state
+        # Checking each row inside the kernel, just before it is used, reads X from memory once;
+        # keeping the batch atomic then needs a copy of the state, worth it only when X is large
+        # next to the state. Otherwise X is checked up front.
+        in_kernel = n > 1 and rows.values.nbytes >= IN_KERNEL_CHECK_FACTOR * state.nbytes
+        if not in_kernel:
+            check_values(rows)
+        backup = state.copy() if in_kernel else None
         before = self._prequential_counts()
         state.ensure_shape(self._rows(), rows.dimension)
-        state.ensure_log_capacity(n, rows.max_new_entries(self.max_voters), self.max_voters,
-                                  self._max_entries)  # fmt: skip
+        state.ensure_log_capacity(
+            n, rows.max_new_entries(self.max_voters), self.max_voters, self._max_entries
+        )
         outputs = self._outputs(n)
-        self._run_kernel(rows.kernel_args(), targets, outputs)
+        limit = MAX_ABS_FEATURE if in_kernel else NO_CHECK
+        bad = self._run_kernel(rows.kernel_args(), targets, outputs, limit)
+        if bad >= 0:
+            assert backup is not None
+            self._state = backup
+            entry = int(np.argmax(~(np.abs(rows.row_values(bad)) <= MAX_ABS_FEATURE)))
+            raise value_error(rows, rows.row_start(bad) + entry)
         after = self._prequential_counts()
         mistakes, predictions, margins = outputs
         return BatchResult(
@@ -187,11 +210,16 @@ class LinearLearner(_ClassifierBase):
         """Update-log entries the ``max_voter_bytes`` bound allows."""
         return self.max_voter_bytes // ENTRY_BYTES
 
-    def _run_kernel(self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs) -> None:
-        """Run the learning kernel on checked rows (state sized beforehand)."""
+    def _run_kernel(
+        self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs, limit: float
+    ) -> int:
+        """Run the learning kernel (state sized beforehand); ``limit`` > 0 checks rows inside it.
+
+        Returns the first bad row (the kernel stopped there) or -1.
+        """
         state = self._state
         mistakes, predictions, margins = outputs
-        self._learning_kernel(
+        return self._learning_kernel(
             *rows,
             y,
             state.weights,
@@ -208,6 +236,7 @@ class LinearLearner(_ClassifierBase):
             self.max_voters,
             self._max_entries,
             self.prequential_voted,
+            limit,
             mistakes,
             predictions,
             margins,
@@ -304,6 +333,7 @@ class LinearLearner(_ClassifierBase):
             self.max_voters,
             max_entries,
             self.prequential_voted,
+            NO_CHECK,
             *outputs,
         )
         return bool(outputs[0][0])

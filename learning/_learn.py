@@ -14,6 +14,8 @@ from numpy.typing import NDArray
 
 from learning._kernels import (
     ACTIVE_CLASSES,
+    LANE_MASK,
+    UNROLL,
     BORN_MODEL,
     GOLDEN_GAMMA,
     PQ_AVERAGED,
@@ -27,6 +29,7 @@ from learning._kernels import (
     _jit,
     argmax_tie,
     count_touched,
+    first_invalid_value,
     row_scores,
     row_span,
     sign,
@@ -46,6 +49,23 @@ def longest_row(indptr: Ints, width: int, n: int) -> int:
 
 
 @_jit
+def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
+    w: Floats, cols: Ints, vals: Floats, log_cols: Ints, log_old: Floats, which: int, start: int
+) -> None:
+    """Log (column, current value) of the coordinates with x_j ≠ 0, in increasing column order."""
+    capacity = log_cols.shape[0]
+    position = start
+    for k in range(vals.shape[0]):
+        if vals[k] != 0.0:
+            if position >= capacity:
+                position -= capacity
+            c = cols[k]
+            log_cols[position] = c
+            log_old[which, position] = w[c]
+            position += 1
+
+
+@_jit
 def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     weights: Floats,
     weight_sums: Floats,
@@ -53,6 +73,7 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     row: int,
     cols: Ints,
     vals: Floats,
+    dense: bool,
     positive: bool,
     seen: int,
     log_cols: Ints,
@@ -60,38 +81,79 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     which: int,
     start: int,
 ) -> None:
-    """W[row] ± x on the coordinates with x_j ≠ 0, in increasing column order.
+    """W[row] ± x, the lazy-average sums and ‖W[row]‖², in O(stored entries of x).
 
-    Each touched coordinate's lazy-average sum takes -seen·Δ (see :mod:`learning._kernels`);
-    ``row_sq[row]`` gets the change of its square; with ``start`` ≥ 0 the old value is logged for
-    the voters (column ``which`` of ``log_old``, entries from ``start`` on).
+    Each coordinate's lazy-average sum takes -seen·Δ (see :mod:`learning._kernels`); the change
+    of ‖W[row]‖² is summed in four partial sums by column mod 4. A zero x_j changes nothing
+    (w_j ± 0 = w_j, and neither a weight nor a sum is ever -0.0), so dense rows run over every
+    coordinate, vectorised; only the log skips zeros. With ``start`` ≥ 0 the old values are
+    first logged for the voters (row ``which`` of ``log_old``, entries from ``start`` on).
     """
     w = weights[row]
     a = weight_sums[row]
-    capacity = log_cols.shape[0]
-    position = start
-    change = 0.0
-    for k in range(vals.shape[0]):
-        v = vals[k]
-        if v == 0.0:
-            continue
-        c = cols[k]
-        old = w[c]
-        if positive:
-            new = old + v
-            a[c] -= seen * v
-        else:
-            new = old - v
-            a[c] += seen * v
-        w[c] = new
-        change += new * new - old * old
-        if start >= 0:
-            if position >= capacity:
-                position -= capacity
-            log_cols[position] = c
-            log_old[position, which] = old
-            position += 1
-    norm_sq = row_sq[row] + change
+    if start >= 0:
+        log_old_values(w, cols, vals, log_cols, log_old, which, start)
+    step = 1.0 if positive else -1.0
+    time_step = step * seen
+    c0 = 0.0
+    c1 = 0.0
+    c2 = 0.0
+    c3 = 0.0
+    n = vals.shape[0]
+    if dense:
+        m = n - n % UNROLL
+        for j in range(0, m, UNROLL):
+            old0 = w[j]
+            old1 = w[j + 1]
+            old2 = w[j + 2]
+            old3 = w[j + 3]
+            new0 = old0 + step * vals[j]
+            new1 = old1 + step * vals[j + 1]
+            new2 = old2 + step * vals[j + 2]
+            new3 = old3 + step * vals[j + 3]
+            a[j] -= time_step * vals[j]
+            a[j + 1] -= time_step * vals[j + 1]
+            a[j + 2] -= time_step * vals[j + 2]
+            a[j + 3] -= time_step * vals[j + 3]
+            w[j] = new0
+            w[j + 1] = new1
+            w[j + 2] = new2
+            w[j + 3] = new3
+            c0 += new0 * new0 - old0 * old0
+            c1 += new1 * new1 - old1 * old1
+            c2 += new2 * new2 - old2 * old2
+            c3 += new3 * new3 - old3 * old3
+        for j in range(m, n):
+            old = w[j]
+            new = old + step * vals[j]
+            a[j] -= time_step * vals[j]
+            w[j] = new
+            lane = j - m
+            if lane == 0:
+                c0 += new * new - old * old
+            elif lane == 1:
+                c1 += new * new - old * old
+            else:
+                c2 += new * new - old * old
+    else:
+        for k in range(n):
+            c = cols[k]
+            v = vals[k]
+            old = w[c]
+            new = old + step * v
+            a[c] -= time_step * v
+            w[c] = new
+            change = new * new - old * old
+            lane = c & LANE_MASK
+            if lane == 0:
+                c0 += change
+            elif lane == 1:
+                c1 += change
+            elif lane == 2:
+                c2 += change
+            else:
+                c3 += change
+    norm_sq = row_sq[row] + ((c0 + c1) + (c2 + c3))
     row_sq[row] = norm_sq if norm_sq > 0.0 else 0.0
 
 
@@ -116,13 +178,16 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     max_voters: int,
     max_entries: int,
     prequential_voted: bool,
+    limit: float,
     out_updates: NDArray[np.bool_],
     out_predictions: Floats,
     out_margins: Floats,
-) -> None:
+) -> int:
     """Prequential predict → mistake → update over a batch, binary labels y ∈ {-1, +1}.
 
-    Rows are checked by the caller. ``rng`` is unused: binary predictions never tie.
+    With ``limit`` > 0 each row is checked (finite, within ±limit) just before it is used; the
+    first bad row stops the batch untouched from that row on, and its index is returned (else -1).
+    ``rng`` is unused: binary predictions never tie.
     """
     n = y.shape[0]
     dense = width > 0
@@ -133,6 +198,8 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
+        if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
+            return i
         target = y[i]
         seen = counters[SEEN]
         live = seen - counters[BORN_MODEL]
@@ -161,12 +228,13 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
             )  # fmt: skip
             apply_update(
-                weights, weight_sums, row_sq, 0, cols, vals, target > 0.0, seen, log_cols,
+                weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, log_cols,
                 log_old, 0, entry,
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
         counters[SEEN] = seen + 1
+    return -1
 
 
 @_jit
@@ -226,14 +294,16 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     max_voters: int,
     max_entries: int,
     prequential_voted: bool,
+    limit: float,
     out_updates: NDArray[np.bool_],
     out_predictions: Ints,
     out_margins: Floats,
-) -> None:
+) -> int:
     """Prequential argmax → mistake → update over a batch, y = class indices.
 
     The argmax runs over the classes active so far (``counters[ACTIVE_CLASSES]``): all declared
-    classes, or the discovered ones up to the current event.
+    classes, or the discovered ones up to the current event. ``limit`` and the return value are
+    as in :func:`learn_binary`.
     """
     n = y.shape[0]
     dense = width > 0
@@ -247,6 +317,8 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
+        if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
+            return i
         target = y[i]
         seen = counters[SEEN]
         state = rng[0]
@@ -287,13 +359,15 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                 log_cols.shape[0],
             )  # fmt: skip
             apply_update(
-                weights, weight_sums, row_sq, target, cols, vals, True, seen, log_cols,
+                weights, weight_sums, row_sq, target, cols, vals, dense, True, seen, log_cols,
                 log_old, 0, entry,
             )  # fmt: skip
             apply_update(
-                weights, weight_sums, row_sq, predicted, cols, vals, False, seen, log_cols,
+                weights, weight_sums, row_sq, predicted, cols, vals, dense, False, seen,
+                log_cols,
                 log_old, 1, entry,
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
         counters[SEEN] = seen + 1
+    return -1

@@ -46,6 +46,16 @@ class Rows:
         """Rows of a CSR batch, after :func:`check_csr`."""
         return cls(batch.indptr, batch.indices, batch.values, 0, batch.n_rows, batch.dimension)
 
+    def row_start(self, i: int) -> int:
+        """Position of row i's first entry in ``values``."""
+        return i * self.width if self.width > 0 else int(self.indptr[i])
+
+    def row_values(self, i: int) -> NDArray[np.float64]:
+        """Row i's stored values (a view)."""
+        start = self.row_start(i)
+        stop = start + self.width if self.width > 0 else int(self.indptr[i + 1])
+        return self.values[start:stop]
+
     def max_new_entries(self, max_voters: int) -> int:
         """The most update-log entries learning these rows can add to what the log keeps.
 
@@ -117,13 +127,31 @@ def check_matrix(X: object) -> NDArray[np.float64]:
     return matrix
 
 
-def check_csr(batch: CSRBatch) -> CSRBatch:
-    """A CSR batch with int64/float64 arrays whose structure and values are valid.
+def value_error(rows: Rows, entry: int) -> FeatureError:
+    """The error for the bad value at ``values[entry]`` (not finite, or beyond the bound)."""
+    if rows.width > 0:
+        row, column = divmod(entry, rows.width)
+    else:
+        row = int(np.searchsorted(rows.indptr, entry, side="right")) - 1
+        column = int(rows.indices[entry])
+    value = float(rows.values[entry])
+    if math.isfinite(value):
+        return FeatureError(
+            "too_large", f"x̃[{column}] = {value!r} is beyond ±{MAX_ABS_FEATURE:g}", index=row
+        )
+    return FeatureError("non_finite", f"x̃[{column}] is {value!r}", index=row)
 
-    A breach of the CSR invariants is a bug of whoever built the batch, not a bad event: it raises
-    ``ValueError`` naming it. A bad value raises ``FeatureError`` (``non_finite`` / ``too_large``,
-    with the row index), as for dense rows.
-    """
+
+def check_values(rows: Rows) -> Rows:
+    """The rows, once every value is finite and within ±MAX_ABS_FEATURE (else FeatureError)."""
+    bad = k.first_invalid_value(rows.values, MAX_ABS_FEATURE)
+    if bad >= 0:
+        raise value_error(rows, bad)
+    return rows
+
+
+def csr_structure(batch: CSRBatch) -> CSRBatch:
+    """The batch with int64/float64 arrays, once its CSR invariants hold (else ``ValueError``)."""
     if not isinstance(batch, CSRBatch):
         raise TypeError(f"expected a CSRBatch, got {type(batch).__name__}")
     for name in ("indptr", "indices", "values"):
@@ -139,17 +167,18 @@ def check_csr(batch: CSRBatch) -> CSRBatch:
         np.ascontiguousarray(batch.values, dtype=np.float64),
         int(batch.dimension),
     )
-    checked.validate()
-    bad = k.first_invalid_value(checked.values, MAX_ABS_FEATURE)
-    if bad >= 0:
-        row = int(np.searchsorted(checked.indptr, bad, side="right")) - 1
-        column = int(checked.indices[bad])
-        value = float(checked.values[bad])
-        if math.isfinite(value):
-            raise FeatureError(
-                "too_large", f"x̃[{column}] = {value!r} is beyond ±{MAX_ABS_FEATURE:g}", index=row
-            )
-        raise FeatureError("non_finite", f"x̃[{column}] is {value!r}", index=row)
+    return checked.validate()
+
+
+def check_csr(batch: CSRBatch) -> CSRBatch:
+    """A CSR batch with int64/float64 arrays whose structure and values are valid.
+
+    A breach of the CSR invariants is a bug of whoever built the batch, not a bad event: it raises
+    ``ValueError`` naming it. A bad value raises ``FeatureError`` (``non_finite`` / ``too_large``,
+    with the row index), as for dense rows.
+    """
+    checked = csr_structure(batch)
+    check_values(Rows.sparse(checked))
     return checked
 
 
@@ -179,8 +208,14 @@ def prediction_rows(X: NDArray[np.float64] | CSRBatch, dimension: int, growable:
     return Rows.dense(fit_width(check_matrix(X), dimension, growable))
 
 
-def learning_rows(X: NDArray[np.float64] | CSRBatch) -> Rows:
-    """Checked rows for learning (the width rules are the learner's)."""
+def learning_rows(X: NDArray[np.float64] | CSRBatch, *, check_values_now: bool = True) -> Rows:
+    """Rows for learning, their structure checked (the width rules are the learner's).
+
+    Values are checked too unless ``check_values_now`` is False: the learning kernel then checks
+    each row just before it uses it (see ``LinearLearner.learn_batch``).
+    """
     if isinstance(X, CSRBatch):
-        return Rows.sparse(check_csr(X))
-    return Rows.dense(check_matrix(X))
+        rows = Rows.sparse(csr_structure(X))
+    else:
+        rows = Rows.dense(as_matrix(X))
+    return check_values(rows) if check_values_now else rows

@@ -16,8 +16,8 @@ for a sparse row.
 Layout: voters are a ring of ``len(log_counts)`` slots (oldest at ``counters[LOG_HEAD]``,
 ``counters[N_VOTERS]`` of them); slot s holds the survival count, the rows the update touched
 (``log_rows[s]``, -1 for none) and where its entries start in the entry ring (``log_start[s]``,
-``log_len[s]`` entries). Entry e is ``log_cols[e]`` with the old values ``log_old[e, 0]`` (first
-touched row) and ``log_old[e, 1]`` (second). ``counters[POOL_USED]`` entries are live, the next
+``log_len[s]`` entries). Entry e is ``log_cols[e]`` with the old values ``log_old[0, e]`` (first
+touched row) and ``log_old[1, e]`` (second; a binary learner never touches that row of the array). ``counters[POOL_USED]`` entries are live, the next
 one goes at ``counters[POOL_TAIL]``. The caller sizes both rings before a batch (see
 :meth:`learning._arrays.LinearState.ensure_log_capacity`), so a kernel never runs out of room.
 
@@ -127,7 +127,7 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
     start: int,
     length: int,
 ) -> None:
-    """Write one logged update's old values (column ``which`` of ``log_old``) into ``view``.
+    """Write one logged update's old values (row ``which`` of ``log_old``) into ``view``.
 
     ``view`` holds one value per stored column of the row (dense rows: per coordinate, narrower
     than the weights when the vocabulary grew since; the rest is zero in x and skipped).
@@ -142,12 +142,12 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
         c = log_cols[position]
         if dense:
             if c < n:
-                view[c] = log_old[position, which]
+                view[c] = log_old[which, position]
         else:
             while k < n and cols[k] < c:
                 k += 1
             if k < n and cols[k] == c:
-                view[k] = log_old[position, which]
+                view[k] = log_old[which, position]
         position += 1
 
 
@@ -266,5 +266,5 @@ def empty_log(capacity: int, entries: int) -> dict[str, NDArray[np.generic]]:
         "log_start": np.zeros(capacity, dtype=np.int64),
         "log_len": np.zeros(capacity, dtype=np.int64),
         "log_cols": np.zeros(entries, dtype=np.int64),
-        "log_old": np.zeros((entries, 2)),
+        "log_old": np.zeros((2, entries)),
     }
