@@ -38,6 +38,11 @@ FLOAT_ARRAYS = ("weights", "weight_sums", "row_sq", "log_old")
 COUNT_ARRAYS = ("log_counts", "log_start", "log_len", "log_cols", "counters")
 LOG_ARRAYS = ("log_counts", "log_rows", "log_start", "log_len", "log_cols", "log_old")
 ENTRY_BYTES = 8 * (1 + TOUCHED_ROWS)
+VOTER_COLUMNS_BYTES = 2**20
+"""Dense copies of a binary learner's voters are also kept (a derived cache, never saved) when
+they take at most this much: dimension x max_voters x 8 bytes. They make the vote one vectorised
+pass over x (see learning._voters.vote_binary_columns); larger models vote from the log alone."""
+NO_COLUMNS = np.zeros((0, 0))
 """Bytes of one update-log entry: a column and the old value of each touched row."""
 
 
@@ -79,6 +84,7 @@ class LinearState:
     log_len: NDArray[np.int64]
     log_cols: NDArray[np.int64]
     log_old: NDArray[np.float64]
+    voter_columns: NDArray[np.float64]
     counters: NDArray[np.int64]
     rng: NDArray[np.uint64]
 
@@ -90,6 +96,7 @@ class LinearState:
             setattr(self, name, array)
         self.counters = np.zeros(k.N_COUNTERS, dtype=np.int64)
         self.rng = np.array([seed], dtype=np.uint64)
+        self.voter_columns = NO_COLUMNS
 
     @property
     def rows(self) -> int:
@@ -109,6 +116,7 @@ class LinearState:
         shape = (max(rows, self.rows), max(dimension, self.dimension))
         if shape == self.weights.shape:
             return
+        self.voter_columns = NO_COLUMNS  # its shape no longer fits: rebuilt when next wanted
         self.weights = _pad(self.weights, shape)  # type: ignore[assignment]
         self.weight_sums = _pad(self.weight_sums, shape)  # type: ignore[assignment]
         self.row_sq = _pad(self.row_sq, (shape[0],))  # type: ignore[assignment]
@@ -117,6 +125,9 @@ class LinearState:
         self, voters: int, entries: int, max_voters: int, max_entries: int
     ) -> None:
         """Room for ``voters`` more voters and ``entries`` more log entries, within the bounds.
+
+        ``max_entries`` may be below the byte bound when the caller knows the log cannot hold more
+        (``max_voters`` voters of at most so many entries each).
 
         Growing puts the log in order (oldest first) in the new arrays (see learning._voters).
         """
@@ -134,8 +145,37 @@ class LinearState:
         log["log_old"][:, :used] = ordered["log_old"]
         for name, array in log.items():
             setattr(self, name, array)
+        self.voter_columns = NO_COLUMNS  # slots moved: rebuilt when next wanted
         self.counters[k.LOG_HEAD] = 0
         self.counters[k.POOL_TAIL] = used % entry_capacity if entry_capacity else 0
+
+    def voter_columns_for(self, max_voters: int) -> NDArray[np.float64]:
+        """The dense voter copies of a binary learner when small enough, rebuilt if stale.
+
+        Column s is the voter in log slot s (free slots hold anything). Empty (0 x 0) when the
+        copies would exceed VOTER_COLUMNS_BYTES; the kernels then vote from the log.
+        """
+        shape = (self.dimension, self.log_counts.shape[0])
+        if self.voter_columns.shape == shape and shape[1] > 0:
+            return self.voter_columns
+        if self.rows != 1 or self.dimension * max_voters * 8 > VOTER_COLUMNS_BYTES:
+            self.voter_columns = NO_COLUMNS
+            return self.voter_columns
+        columns = np.zeros(shape)
+        capacity = max(shape[1], 1)
+        head = self.counter(k.LOG_HEAD)
+        for age, (_, weights) in enumerate(self.voter_list()):
+            columns[:, (head + age) % capacity] = weights[0]
+        self.voter_columns = columns
+        return columns
+
+    def longest_entry(self) -> int:
+        """The most entries a kept voter's update holds (0 without voters)."""
+        n = self.counter(k.N_VOTERS)
+        if n == 0:
+            return 0
+        slots = (self.counter(k.LOG_HEAD) + np.arange(n)) % self.log_counts.shape[0]
+        return int(self.log_len[slots].max())
 
     def needs_log_room(self, entries: int, max_voters: int, max_entries: int) -> bool:
         """Whether one more voter of ``entries`` entries may not fit the log's current arrays."""
@@ -203,6 +243,7 @@ class LinearState:
         copy = LinearState.__new__(LinearState)
         for name, array in self.arrays().items():
             setattr(copy, name, array.copy())
+        copy.voter_columns = self.voter_columns.copy()
         return copy
 
     def compact_copy(self) -> LinearState:
@@ -215,6 +256,7 @@ class LinearState:
             setattr(copy, name, array)
         copy.counters[k.LOG_HEAD] = 0
         copy.counters[k.POOL_TAIL] = 0
+        copy.voter_columns = NO_COLUMNS
         for array in copy.arrays().values():
             array.flags.writeable = False
         return copy

@@ -5,31 +5,39 @@ each, then learn):
 
 * ``last`` — the current weights w (the perceptron itself);
 * ``averaged`` — w̄, the mean of the post-event weights over every event seen (Freund &
-  Schapire's averaged perceptron), maintained lazily at a cost per update, not per event;
+  Schapire's averaged perceptron), maintained lazily per coordinate at a cost per update of
+  O(non-zeros), not per event;
 * ``voted`` — Freund & Schapire's voted perceptron: every weight vector wₙ the learner has held
   votes sign(wₙ·x̃) (or its argmax class) with weight cₙ, the number of events it survived.
 
+Dense or sparse rows
+--------------------
+Every method taking encoded events takes a dense matrix or a :class:`~learning.sparse.CSRBatch`;
+both go through the same compiled kernels (:mod:`learning._learn`) and give bit-identical results
+on the same vectors. A sparse row costs O(non-zeros) per event; the prequential vote
+O(voters x non-zeros).
+
 Voted, bounded memory
 ---------------------
-A voter costs ``classes x dimension x 8`` bytes, so at most ``max_voters`` finished voters are
-kept (plus the live one): memory is bounded by ``max_voters x classes x dimension x 8`` bytes,
-allocated as needed. Below the bound the vote is exactly Freund & Schapire's. At the bound, the
-voter with the smallest survival count is dropped (the newcomer, when it is no larger): the vote
-is then the exact vote of the longest-surviving voters, and ``dropped_voters`` / ``dropped_votes``
-report how many voters and how much survival mass were left out. The averaged predictor never
-drops anything.
+The voters are an update log (:mod:`learning._voters`): for each update since the oldest kept
+voter, the columns it changed and their old values, so a voter costs O(non-zeros of its update),
+not O(dimension). Two bounds hold at once: ``max_voters`` voters and ``max_voter_bytes`` bytes of
+log (24 bytes an entry; 4 MiB by default, e.g. 64 voters of 2,730 non-zeros each). Below them the
+vote is exactly Freund & Schapire's. At either bound the **oldest** voters are dropped:
+``dropped_voters`` / ``dropped_votes`` report how many voters and how much survival mass were left
+out, and the vote is then the exact vote of the newest voters. An update with more entries than
+the whole byte bound drops every voter. The averaged predictor never drops anything.
 
 Voted, prequential cost
 -----------------------
-Counting the voted predictor's prequential mistakes means a vote on every event. Voters are kept
-sorted by survival count and the vote stops as soon as the votes left cannot change its outcome,
-which on a stream the perceptron is converging on takes the live voter and one or two others. On a
-stream with persistent noise, though, survival counts stay small and alike, a vote visits about
-half the voters, and the per-event cost grows by up to ``max_voters`` dot products (measured: ~15x
-slower at d = 1000 with 5% label noise and 64 voters). So the per-event vote is a hyperparameter,
-``prequential_voted``, **off by default**: the voted predictor itself is always maintained (at a
-cost per update, not per event) and can predict at any time; only its prequential mistake count
-needs the flag. ``last`` and ``averaged`` are always counted (averaged costs one more dot product).
+Counting the voted predictor's prequential mistakes means a vote on every event: the log is walked
+back from the live weights, newest voter first, and the vote stops as soon as the votes left cannot
+change its outcome. On a stream the perceptron is converging on, the live voter's survival count
+soon decides alone; on a stream with persistent noise a vote visits most voters, O(voters x nnz)
+per event. So the per-event vote is a hyperparameter, ``prequential_voted``, **off by default**:
+the voted predictor itself is always maintained (at a cost per update, not per event) and can
+predict at any time; only its prequential mistake count needs the flag. ``last`` and ``averaged``
+are always counted (averaged costs one more dot product).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning import _scoring
-from learning._arrays import ENTRY_BYTES, LinearState
+from learning._arrays import ENTRY_BYTES, NO_COLUMNS, LinearState
 from learning._rows import (
     Rows,
     check_values,
@@ -185,7 +193,10 @@ class LinearLearner(_ClassifierBase):
         before = self._prequential_counts()
         state.ensure_shape(self._rows(), rows.dimension)
         state.ensure_log_capacity(
-            n, rows.max_new_entries(self.max_voters), self.max_voters, self._max_entries
+            n,
+            rows.max_new_entries(self.max_voters),
+            self.max_voters,
+            min(self._max_entries, self.max_voters * max(rows.longest(), state.longest_entry())),
         )
         outputs = self._outputs(n)
         limit = MAX_ABS_FEATURE if in_kernel else NO_CHECK
@@ -205,14 +216,23 @@ class LinearLearner(_ClassifierBase):
             n_classes=self._state.counter(k.ACTIVE_CLASSES) if self.multiclass else 0,
         )
 
+    def _voter_columns(self) -> NDArray[np.float64]:
+        """Dense voter copies for the binary kernel's prequential vote when small, else empty.
+
+        Without ``prequential_voted`` nothing votes per event, so the copies are not kept up to
+        date (that would cost O(d) per update) and are dropped: predictions rebuild them.
+        """
+        if self.multiclass or not self.prequential_voted:
+            self._state.voter_columns = NO_COLUMNS
+            return NO_COLUMNS
+        return self._state.voter_columns_for(self.max_voters)
+
     @property
     def _max_entries(self) -> int:
         """Update-log entries the ``max_voter_bytes`` bound allows."""
         return self.max_voter_bytes // ENTRY_BYTES
 
-    def _run_kernel(
-        self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs, limit: float
-    ) -> int:
+    def _run_kernel(self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs, limit: float) -> int:
         """Run the learning kernel (state sized beforehand); ``limit`` > 0 checks rows inside it.
 
         Returns the first bad row (the kernel stopped there) or -1.
@@ -233,6 +253,7 @@ class LinearLearner(_ClassifierBase):
             state.log_old,
             state.counters,
             state.rng,
+            self._voter_columns(),
             self.max_voters,
             self._max_entries,
             self.prequential_voted,
@@ -330,6 +351,7 @@ class LinearLearner(_ClassifierBase):
             state.log_old,
             state.counters,
             state.rng,
+            self._voter_columns(),
             self.max_voters,
             max_entries,
             self.prequential_voted,
@@ -405,6 +427,7 @@ class LinearLearner(_ClassifierBase):
             state.log_cols,
             state.log_old,
             state.counters,
+            state.voter_columns,
             PREDICTOR_CODES[self.predictor],
             single.codes,
             single.scores,

@@ -14,15 +14,15 @@ from numpy.typing import NDArray
 
 from learning._kernels import (
     ACTIVE_CLASSES,
-    LANE_MASK,
-    UNROLL,
     BORN_MODEL,
     GOLDEN_GAMMA,
+    LANE_MASK,
     PQ_AVERAGED,
     PQ_LAST,
     PQ_VOTED,
     PQ_VOTED_SEEN,
     SEEN,
+    UNROLL,
     UPDATES,
     Floats,
     Ints,
@@ -34,7 +34,14 @@ from learning._kernels import (
     row_span,
     sign,
 )
-from learning._voters import NO_ROW, open_entry, vote_binary, vote_multiclass
+from learning._voters import (
+    NO_ROW,
+    newest_slot,
+    open_entry,
+    vote_binary,
+    vote_binary_columns,
+    vote_multiclass,
+)
 
 
 @_jit
@@ -54,8 +61,16 @@ def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
 ) -> None:
     """Log (column, current value) of the coordinates with x_j ≠ 0, in increasing column order."""
     capacity = log_cols.shape[0]
+    n = vals.shape[0]
+    if start + n <= capacity and count_touched(vals) == n:
+        # Every stored value is non-zero and the entries do not wrap: two straight copies.
+        for k in range(n):
+            log_cols[start + k] = cols[k]
+        for k in range(n):
+            log_old[which, start + k] = w[cols[k]]
+        return
     position = start
-    for k in range(vals.shape[0]):
+    for k in range(n):
         if vals[k] != 0.0:
             if position >= capacity:
                 position -= capacity
@@ -175,6 +190,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     log_old: Floats,
     counters: Ints,
     rng: NDArray[np.uint64],
+    voter_columns: Floats,
     max_voters: int,
     max_entries: int,
     prequential_voted: bool,
@@ -187,13 +203,16 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
 
     With ``limit`` > 0 each row is checked (finite, within ±limit) just before it is used; the
     first bad row stops the batch untouched from that row on, and its index is returned (else -1).
-    ``rng`` is unused: binary predictions never tie.
+    ``rng`` is unused: binary predictions never tie. ``voter_columns`` holds dense copies of the
+    kept voters (one column per voter slot) when they are small, else it is empty (0 x 0).
     """
     n = y.shape[0]
     dense = width > 0
     w = weights[0]
     a = weight_sums[0]
     view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
+    by_columns = voter_columns.shape[0] > 0
+    lanes = np.empty((UNROLL, voter_columns.shape[1]))
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
@@ -210,10 +229,15 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         if sign(total) != target:
             counters[PQ_AVERAGED] += 1
         if prequential_voted:
-            acc = vote_binary(
-                w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
-                log_old, counters, view, True,
-            )  # fmt: skip
+            if by_columns:
+                acc = vote_binary_columns(
+                    cols, vals, score, live, log_counts, counters, voter_columns, lanes, True
+                )
+            else:
+                acc = vote_binary(
+                    w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
+                    log_old, counters, view, True,
+                )  # fmt: skip
             counters[PQ_VOTED_SEEN] += 1
             if (1.0 if acc >= 0 else -1.0) != target:
                 counters[PQ_VOTED] += 1
@@ -227,6 +251,10 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 live, count_touched(vals) if live > 0 else 0, 0, NO_ROW, log_counts, log_rows,
                 log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
             )  # fmt: skip
+            if entry >= 0 and by_columns:
+                slot = newest_slot(counters, log_counts.shape[0], 0)
+                for j in range(voter_columns.shape[0]):
+                    voter_columns[j, slot] = w[j]
             apply_update(
                 weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, log_cols,
                 log_old, 0, entry,
@@ -291,6 +319,7 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     log_old: Floats,
     counters: Ints,
     rng: NDArray[np.uint64],
+    voter_columns: Floats,
     max_voters: int,
     max_entries: int,
     prequential_voted: bool,
@@ -303,7 +332,7 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
 
     The argmax runs over the classes active so far (``counters[ACTIVE_CLASSES]``): all declared
     classes, or the discovered ones up to the current event. ``limit`` and the return value are
-    as in :func:`learn_binary`.
+    as in :func:`learn_binary`; ``voter_columns`` is unused (empty).
     """
     n = y.shape[0]
     dense = width > 0
@@ -327,9 +356,7 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
         if target >= counters[ACTIVE_CLASSES]:
             counters[ACTIVE_CLASSES] = target + 1
         n_classes = counters[ACTIVE_CLASSES]
-        class_scores(
-            weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sum_scores
-        )
+        class_scores(weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sum_scores)
         predicted, tied = argmax_tie(scores, n_classes, state)
         averaged, _ = argmax_tie(sum_scores, n_classes, state)
         if predicted != target:

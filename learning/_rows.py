@@ -56,15 +56,18 @@ class Rows:
         stop = start + self.width if self.width > 0 else int(self.indptr[i + 1])
         return self.values[start:stop]
 
+    def longest(self) -> int:
+        """The most entries a row stores."""
+        if self.n_rows == 0:
+            return 0
+        return self.width if self.width > 0 else int(np.diff(self.indptr).max())
+
     def max_new_entries(self, max_voters: int) -> int:
         """The most update-log entries learning these rows can add to what the log keeps.
 
         Each row adds at most its stored entries, and only the newest ``max_voters`` voters stay.
         """
-        if self.n_rows == 0:
-            return 0
-        longest = self.width if self.width > 0 else int(np.diff(self.indptr).max())
-        return min(int(self.values.shape[0]), min(self.n_rows, max_voters) * longest)
+        return min(int(self.values.shape[0]), min(self.n_rows, max_voters) * self.longest())
 
     def kernel_args(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]:
         """The four leading arguments of every kernel."""
@@ -214,8 +217,5 @@ def learning_rows(X: NDArray[np.float64] | CSRBatch, *, check_values_now: bool =
     Values are checked too unless ``check_values_now`` is False: the learning kernel then checks
     each row just before it uses it (see ``LinearLearner.learn_batch``).
     """
-    if isinstance(X, CSRBatch):
-        rows = Rows.sparse(csr_structure(X))
-    else:
-        rows = Rows.dense(as_matrix(X))
+    rows = Rows.sparse(csr_structure(X)) if isinstance(X, CSRBatch) else Rows.dense(as_matrix(X))
     return check_values(rows) if check_values_now else rows

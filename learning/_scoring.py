@@ -22,6 +22,7 @@ from learning._kernels import (
     SEEN,
     TRACK_MISTAKES,
     TRACK_SEEN,
+    UNROLL,
     VOTE_TOTAL,
     Floats,
     Ints,
@@ -33,7 +34,7 @@ from learning._kernels import (
     sign,
 )
 from learning._learn import class_scores, longest_row
-from learning._voters import vote_binary, vote_multiclass
+from learning._voters import vote_binary, vote_binary_columns, vote_multiclass
 
 
 @_jit
@@ -51,11 +52,14 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     log_cols: Ints,
     log_old: Floats,
     counters: Ints,
+    voter_columns: Floats,
     which: int,
     out_codes: Floats,
     out_scores: Floats,
 ) -> None:
     """Predictions (±1) and scores of one predictor; decisions match the learning kernel's.
+
+    ``voter_columns``: dense copies of the voters, or empty (see ``learning._learn.learn_binary``).
 
     Scores: last → w·x̃; averaged → w̄·x̃ (0 before any event); voted → Σ cₙ sign(wₙ·x̃) / Σ cₙ.
     """
@@ -66,6 +70,8 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     live = seen - counters[BORN_MODEL]
     mass = live + counters[VOTE_TOTAL]
     view = np.empty(longest_row(indptr, width, n) if counters[N_VOTERS] > 0 else 0)
+    by_columns = voter_columns.shape[0] > 0
+    lanes = np.empty((UNROLL, voter_columns.shape[1]))
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
@@ -78,10 +84,15 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             out_codes[i] = sign(total)
             out_scores[i] = total / seen if seen > 0 else 0.0
         else:
-            acc = vote_binary(
-                w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
-                log_old, counters, view, False,
-            )  # fmt: skip
+            if by_columns:
+                acc = vote_binary_columns(
+                    cols, vals, score, live, log_counts, counters, voter_columns, lanes, False
+                )
+            else:
+                acc = vote_binary(
+                    w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
+                    log_old, counters, view, False,
+                )  # fmt: skip
             out_codes[i] = 1.0 if acc >= 0 else -1.0
             out_scores[i] = acc / mass if mass > 0 else 0.0
 

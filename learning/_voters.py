@@ -17,8 +17,9 @@ Layout: voters are a ring of ``len(log_counts)`` slots (oldest at ``counters[LOG
 ``counters[N_VOTERS]`` of them); slot s holds the survival count, the rows the update touched
 (``log_rows[s]``, -1 for none) and where its entries start in the entry ring (``log_start[s]``,
 ``log_len[s]`` entries). Entry e is ``log_cols[e]`` with the old values ``log_old[0, e]`` (first
-touched row) and ``log_old[1, e]`` (second; a binary learner never touches that row of the array). ``counters[POOL_USED]`` entries are live, the next
-one goes at ``counters[POOL_TAIL]``. The caller sizes both rings before a batch (see
+touched row) and ``log_old[1, e]`` (second; a binary learner never writes that row).
+``counters[POOL_USED]`` entries are live, the next one goes at ``counters[POOL_TAIL]``. The
+caller sizes both rings before a batch (see
 :meth:`learning._arrays.LinearState.ensure_log_capacity`), so a kernel never runs out of room.
 
 The bound: at most ``max_voters`` voters and ``max_entries`` entries (the byte bound divided by
@@ -36,10 +37,12 @@ from numpy.typing import NDArray
 from learning._kernels import (
     DROPPED_VOTERS,
     DROPPED_VOTES,
+    LANE_MASK,
     LOG_HEAD,
     N_VOTERS,
     POOL_TAIL,
     POOL_USED,
+    UNROLL,
     VOTE_TOTAL,
     Floats,
     Ints,
@@ -195,6 +198,46 @@ def vote_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         remaining -= count
         if stop_early and (acc >= remaining or acc < -remaining):
             break
+    return acc
+
+
+@_jit
+def vote_binary_columns(  # noqa: PLR0917 - numba kernels take positional arrays
+    cols: Ints,
+    vals: Floats,
+    live_score: float,
+    live_count: int,
+    log_counts: Ints,
+    counters: Ints,
+    columns: Floats,
+    lanes: Floats,
+    stop_early: bool,
+) -> int:
+    """As :func:`vote_binary`, from dense copies of the kept voters (``columns[:, slot]``).
+
+    Used when the copies are small (see ``LinearState.voter_columns_for``). All voters are scored
+    in one pass over x's entries, vectorised across voters; voter ``slot``'s score is summed in
+    lanes[cols mod 4, slot] in increasing column order, exactly as :func:`compact_dot` sums it.
+    """
+    acc = vote_sign(live_score, live_count)
+    remaining = counters[VOTE_TOTAL]
+    n_voters = counters[N_VOTERS]
+    if n_voters == 0 or (stop_early and (acc >= remaining or acc < -remaining)):
+        return acc
+    capacity = columns.shape[1]
+    for lane in range(UNROLL):
+        for slot in range(capacity):
+            lanes[lane, slot] = 0.0
+    for k in range(vals.shape[0]):
+        c = cols[k]
+        v = vals[k]
+        lane = c & LANE_MASK
+        for slot in range(capacity):
+            lanes[lane, slot] += columns[c, slot] * v
+    for age in range(n_voters):
+        slot = newest_slot(counters, capacity, age)
+        score = (lanes[0, slot] + lanes[1, slot]) + (lanes[2, slot] + lanes[3, slot])
+        acc += vote_sign(score, log_counts[slot])
     return acc
 
 

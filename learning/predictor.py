@@ -105,6 +105,7 @@ def predict_codes(
             state.log_cols,
             state.log_old,
             state.counters,
+            state.voter_columns,
             which,
             codes,
             scores,

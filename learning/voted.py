@@ -1,7 +1,8 @@
 """The voted perceptron of Freund & Schapire: survival-weighted vote of past weight vectors.
 
-It is the binary perceptron answering with its vote by default. The voters are bounded by
-``max_voters`` (see :class:`~learning._base.LinearLearner`): below the bound the vote is exact.
+It is the binary perceptron answering with its vote by default. The voters are an update log
+bounded by ``max_voters`` and ``max_voter_bytes`` (see :mod:`learning._base`): below the bounds
+the vote is exact; at them the oldest voters are dropped.
 """
 
 from __future__ import annotations
