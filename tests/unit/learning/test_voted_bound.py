@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learning import DenseEncoder, LabelMap, MulticlassPerceptron, VotedPerceptron
+from learning import DenseEncoder, LabelMap, MulticlassPerceptron, VotedPerceptron, dump_state
 from learning._arrays import ENTRY_BYTES
 from learning.sparse import CSRBatch
 from tests.unit.learning.reference import bounded_voted_binary, bounded_voted_multiclass
@@ -127,3 +127,25 @@ def test_a_negative_byte_bound_is_refused(bad: int) -> None:
     with pytest.raises(ValueError, match="max_voter_bytes"):
         VotedPerceptron(SIGNS, encoder=DenseEncoder(1), max_voter_bytes=bad)
     assert VotedPerceptron(SIGNS, encoder=DenseEncoder(1), max_voter_bytes=0).max_voter_bytes == 0
+
+
+def test_the_dense_voter_copies_vote_exactly_like_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small binary models vote from dense voter copies (a cache); large ones from the log."""
+    X, y = sparse_integer_stream(600, 9, 3)
+    X[::7] = 0.0  # zero scores: sign(0) = +1 ties
+    cached = VotedPerceptron(SIGNS, encoder=DenseEncoder(8), prequential_voted=True, max_voters=6)
+    cached.learn_batch(X[:300], y[:300])
+    assert cached._state.voter_columns.shape == (9, 6)  # control: the cache is in use
+    cached.learn_batch(CSRBatch.from_dense(X[300:]), y[300:])
+    monkeypatch.setattr("learning._arrays.VOTER_COLUMNS_BYTES", 0)
+    logged = VotedPerceptron(SIGNS, encoder=DenseEncoder(8), prequential_voted=True, max_voters=6)
+    logged.learn_batch(X[:300], y[:300])
+    assert logged._state.voter_columns.size == 0  # no cache: the log is walked
+    logged.learn_batch(CSRBatch.from_dense(X[300:]), y[300:])
+    assert cached.prequential_mistakes == logged.prequential_mistakes
+    assert dump_state(cached) == dump_state(logged)
+    assert cached.dropped_voters > 0
+    labels, scores = cached.predict_batch(X, "voted")
+    logged_labels, logged_scores = logged.predict_batch(X, "voted")
+    assert labels == logged_labels
+    assert np.array_equal(scores, logged_scores)
