@@ -54,6 +54,35 @@ from learning._kernels import (
 )
 
 NO_ROW = -1
+FILTER_WORDS = 64
+"""Words of the per-event bit filter over x's columns (4,096 bits: column c sets bit c mod 4096)."""
+FILTER_MASK = FILTER_WORDS * 64 - 1
+WORD_SHIFT = 6
+BIT_MASK = 63
+
+
+@_jit
+def column_filter(cols: Ints) -> NDArray[np.uint64]:
+    """A bit set holding every column of x (mod 4096): most log entries miss x, and it says so."""
+    bits = np.zeros(FILTER_WORDS, dtype=np.uint64)
+    for k in range(cols.shape[0]):
+        b = cols[k] & FILTER_MASK
+        bits[b >> WORD_SHIFT] |= np.uint64(1) << np.uint64(b & BIT_MASK)
+    return bits
+
+
+@_jit
+def find_column(cols: Ints, c: int) -> int:
+    """Position of column c in the sorted ``cols``, or -1."""
+    lo = 0
+    hi = cols.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cols[mid] < c:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < cols.shape[0] and cols[lo] == c else -1
 
 
 @_jit
@@ -124,21 +153,23 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
     view: Floats,
     cols: Ints,
     dense: bool,
+    bits: NDArray[np.uint64],
     log_cols: Ints,
     log_old: Floats,
     which: int,
     start: int,
     length: int,
-) -> None:
+) -> bool:
     """Write one logged update's old values (row ``which`` of ``log_old``) into ``view``.
 
     ``view`` holds one value per stored column of the row (dense rows: per coordinate, narrower
-    than the weights when the vocabulary grew since; the rest is zero in x and skipped).
+    than the weights when the vocabulary grew since; the rest is zero in x and skipped). Returns
+    whether any of the row's columns was written: if not, the voter scores x as the next one.
     """
     capacity = log_cols.shape[0]
     n = cols.shape[0]
     position = start
-    k = 0
+    changed = False
     for _ in range(length):
         if position >= capacity:
             position -= capacity
@@ -146,12 +177,16 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
         if dense:
             if c < n:
                 view[c] = log_old[which, position]
+                changed = True
         else:
-            while k < n and cols[k] < c:
-                k += 1
-            if k < n and cols[k] == c:
-                view[k] = log_old[which, position]
+            b = c & FILTER_MASK
+            if (bits[b >> WORD_SHIFT] >> np.uint64(b & BIT_MASK)) & np.uint64(1):
+                k = find_column(cols, c)
+                if k >= 0:
+                    view[k] = log_old[which, position]
+                    changed = True
         position += 1
+    return changed
 
 
 @_jit
@@ -190,11 +225,14 @@ def vote_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     for k in range(n):
         view[k] = w[cols[k]]
     capacity = log_counts.shape[0]
+    score = live_score
+    bits = column_filter(cols) if not dense else np.zeros(0, dtype=np.uint64)
     for age in range(n_voters):
         slot = newest_slot(counters, capacity, age)
-        restore(view, cols, dense, log_cols, log_old, 0, log_start[slot], log_len[slot])
+        if restore(view, cols, dense, bits, log_cols, log_old, 0, log_start[slot], log_len[slot]):
+            score = compact_dot(view, cols, vals, dense)
         count = log_counts[slot]
-        acc += vote_sign(compact_dot(view, cols, vals, dense), count)
+        acc += vote_sign(score, count)
         remaining -= count
         if stop_early and (acc >= remaining or acc < -remaining):
             break
@@ -282,16 +320,18 @@ def vote_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
             for k in range(n):
                 view[c, k] = weights[c, cols[k]]
         capacity = log_counts.shape[0]
+        bits = column_filter(cols) if not dense else np.zeros(0, dtype=np.uint64)
         for age in range(n_voters):
             slot = newest_slot(counters, capacity, age)
             for which in range(2):
                 row = log_rows[slot, which]
                 if row == NO_ROW:
                     continue
-                restore(
-                    view[row], cols, dense, log_cols, log_old, which, log_start[slot], log_len[slot]
-                )
-                voter_scores[row] = compact_dot(view[row], cols, vals, dense)
+                if restore(
+                    view[row], cols, dense, bits, log_cols, log_old, which, log_start[slot],
+                    log_len[slot],
+                ):  # fmt: skip
+                    voter_scores[row] = compact_dot(view[row], cols, vals, dense)
             choice, _ = argmax_tie(voter_scores, n_classes, state)
             votes[choice] += log_counts[slot]
             remaining -= log_counts[slot]
