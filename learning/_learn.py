@@ -57,17 +57,33 @@ def longest_row(indptr: Ints, width: int, n: int) -> int:
 
 @_jit
 def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
-    w: Floats, cols: Ints, vals: Floats, log_cols: Ints, log_old: Floats, which: int, start: int
+    w: Floats,
+    cols: Ints,
+    vals: Floats,
+    dense: bool,
+    log_cols: Ints,
+    log_old: Floats,
+    which: int,
+    start: int,
+    no_zeros: bool,
 ) -> None:
-    """Log (column, current value) of the coordinates with x_j ≠ 0, in increasing column order."""
+    """Log (column, current value) of the coordinates with x_j ≠ 0, in increasing column order.
+
+    ``no_zeros``: every stored value of the row is non-zero (the caller has counted them).
+    """
     capacity = log_cols.shape[0]
     n = vals.shape[0]
-    if start + n <= capacity and count_touched(vals) == n:
-        # Every stored value is non-zero and the entries do not wrap: two straight copies.
+    if start + n <= capacity and no_zeros:
+        # Every stored value is non-zero and the entries do not wrap: straight copies (a dense
+        # row's columns are 0 .. n-1, so its old values are a contiguous slice of w).
         for k in range(n):
             log_cols[start + k] = cols[k]
-        for k in range(n):
-            log_old[which, start + k] = w[cols[k]]
+        if dense:
+            for k in range(n):
+                log_old[which, start + k] = w[k]
+        else:
+            for k in range(n):
+                log_old[which, start + k] = w[cols[k]]
         return
     position = start
     for k in range(n):
@@ -95,6 +111,7 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     log_old: Floats,
     which: int,
     start: int,
+    no_zeros: bool,
 ) -> None:
     """W[row] ± x, the lazy-average sums and ‖W[row]‖², in O(stored entries of x).
 
@@ -107,7 +124,7 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     w = weights[row]
     a = weight_sums[row]
     if start >= 0:
-        log_old_values(w, cols, vals, log_cols, log_old, which, start)
+        log_old_values(w, cols, vals, dense, log_cols, log_old, which, start, no_zeros)
     step = 1.0 if positive else -1.0
     time_step = step * seen
     c0 = 0.0
@@ -247,8 +264,9 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         update = target * score <= 0.0
         out_updates[i] = update
         if update:
+            touched = count_touched(vals) if live > 0 else 0
             entry = open_entry(
-                live, count_touched(vals) if live > 0 else 0, 0, NO_ROW, log_counts, log_rows,
+                live, touched, 0, NO_ROW, log_counts, log_rows,
                 log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
             )  # fmt: skip
             if entry >= 0 and by_columns:
@@ -257,7 +275,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                     voter_columns[j, slot] = w[j]
             apply_update(
                 weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, log_cols,
-                log_old, 0, entry,
+                log_old, 0, entry, touched == vals.shape[0],
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
@@ -380,19 +398,20 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
         update = predicted != target
         out_updates[i] = update
         if update:
+            touched = count_touched(vals) if live > 0 else 0
             entry = open_entry(
-                live, count_touched(vals) if live > 0 else 0, target, predicted, log_counts,
+                live, touched, target, predicted, log_counts,
                 log_rows, log_start, log_len, counters, max_voters, max_entries,
                 log_cols.shape[0],
             )  # fmt: skip
             apply_update(
                 weights, weight_sums, row_sq, target, cols, vals, dense, True, seen, log_cols,
-                log_old, 0, entry,
+                log_old, 0, entry, touched == vals.shape[0],
             )  # fmt: skip
             apply_update(
                 weights, weight_sums, row_sq, predicted, cols, vals, dense, False, seen,
                 log_cols,
-                log_old, 1, entry,
+                log_old, 1, entry, touched == vals.shape[0],
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
