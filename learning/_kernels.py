@@ -227,23 +227,21 @@ def vote_decided(votes: Ints, n: int, remaining: int) -> bool:
     return bool(lead - second > remaining)
 
 
-CHECK_BLOCK = 1024
-"""Values checked per vectorised block (no early exit inside a block) by first_invalid_value."""
-
-
 @_jit
 def first_invalid_value(values: Floats, limit: float) -> int:
-    """Index of the first value that is not finite or exceeds ``limit`` in size; -1 if none."""
-    n = values.shape[0]
-    for block in range(0, n, CHECK_BLOCK):
-        stop = min(n, block + CHECK_BLOCK)
-        ok = True
-        for j in range(block, stop):
-            ok &= abs(values[j]) <= limit
-        if not ok:
-            for j in range(block, stop):
-                if not abs(values[j]) <= limit:
-                    return j
+    """Index of the first value that is not finite or exceeds ``limit`` in size; -1 if none.
+
+    The common case (all valid) is one vectorisable pass with no early exit; only a failing
+    array is scanned again for the index.
+    """
+    ok = True
+    for j in range(values.shape[0]):
+        ok &= abs(values[j]) <= limit
+    if ok:
+        return -1
+    for j in range(values.shape[0]):
+        if not abs(values[j]) <= limit:
+            return j
     return -1
 
 
