@@ -206,3 +206,31 @@ def test_an_unvalidated_sparse_encoder_output_is_checked() -> None:
     with pytest.raises(ValueError, match=r"\[0, 4\)"):
         model.learn_one({0: 1.0, 9: 1.0}, True)
     assert dump_state(model) == before
+
+
+@pytest.mark.parametrize("bad_value", [np.nan, 5e100])
+def test_a_large_sparse_batch_checked_inside_the_kernel_is_all_or_nothing(bad_value: float) -> None:
+    rng = np.random.default_rng(6)
+    X = np.where(rng.random((4000, 3)) < 0.5, rng.integers(-3, 4, (4000, 3)), 0).astype(float)
+    X[:, 0] = 1.0
+    y = np.where(rng.random(4000) < 0.5, 1.0, -1.0)
+    model = Perceptron(SIGNS, encoder=DenseEncoder(2), prequential_voted=True)
+    model.learn_batch(CSRBatch.from_dense(X[:100]), y[:100])
+    before = dump_state(model)
+    batch = CSRBatch.from_dense(X)
+    assert batch.values.nbytes >= 4 * model._state.nbytes  # the in-kernel check is exercised
+    values = batch.values.copy()
+    values[int(batch.indptr[3000])] = bad_value  # row 3000, its first stored value (the bias)
+    bad = CSRBatch(batch.indptr, batch.indices, values, batch.dimension)
+    with pytest.raises(FeatureError) as error:
+        model.learn_batch(bad, y)
+    assert error.value.index == 3000
+    assert error.value.code == ("non_finite" if np.isnan(bad_value) else "too_large")
+    assert dump_state(model) == before
+    # Control: the intact batch is learned, exactly as in small batches checked up front.
+    model.learn_batch(batch, y)
+    other = Perceptron(SIGNS, encoder=DenseEncoder(2), prequential_voted=True)
+    other.learn_batch(CSRBatch.from_dense(X[:100]), y[:100])
+    for start in range(0, 4000, 10):
+        other.learn_batch(batch.select(start, start + 10), y[start : start + 10])
+    assert dump_state(other) == dump_state(model)
