@@ -13,7 +13,8 @@ statistics into one pass. The kernels live in :mod:`learning._learn` (learning),
 :mod:`learning._voters` (the voted predictor's update log) and :mod:`learning._scoring`
 (prediction, bound tracking). numba's disk cache is keyed on each function's own source file: a
 kernel that calls into another kernel module keeps its cached machine code when only the callee's
-module changes, so after editing one of these modules clear ``learning/__pycache__/*.nb[ic]``.
+module changes, so after editing one of these modules clear ``learning/__pycache__/*.nb[ic]``
+(``make clean`` does).
 
 Rows: dense or sparse, one form
 -------------------------------
