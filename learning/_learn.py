@@ -16,7 +16,6 @@ from learning._kernels import (
     ACTIVE_CLASSES,
     BORN_MODEL,
     GOLDEN_GAMMA,
-    LANE_MASK,
     PQ_AVERAGED,
     PQ_LAST,
     PQ_VOTED,
@@ -28,6 +27,7 @@ from learning._kernels import (
     Ints,
     _jit,
     argmax_tie,
+    compact_dot,
     count_touched,
     first_invalid_value,
     row_scores,
@@ -107,6 +107,8 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     dense: bool,
     positive: bool,
     seen: int,
+    score: float,
+    x_sq: float,
     log_cols: Ints,
     log_old: Floats,
     which: int,
@@ -115,77 +117,40 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
 ) -> None:
     """W[row] ± x, the lazy-average sums and ‖W[row]‖², in O(stored entries of x).
 
-    Each coordinate's lazy-average sum takes -seen·Δ (see :mod:`learning._kernels`); the change
-    of ‖W[row]‖² is summed in four partial sums by column mod 4. A zero x_j changes nothing
-    (w_j ± 0 = w_j, and neither a weight nor a sum is ever -0.0), so dense rows run over every
-    coordinate, vectorised; only the log skips zeros. With ``start`` ≥ 0 the old values are
-    first logged for the voters (row ``which`` of ``log_old``, entries from ``start`` on).
+    Each coordinate's lazy-average sum takes -seen·Δ (see :mod:`learning._kernels`). A zero x_j
+    changes nothing (w_j ± 0 = w_j, and neither a weight nor a sum is ever -0.0), so dense rows
+    run over every coordinate, vectorised; only the log skips zeros. ‖W[row] ± x‖² is
+    ‖W[row]‖² ± 2·``score`` + ``x_sq`` (``score`` = W[row]·x before the update, ``x_sq`` = ‖x‖²).
+    With ``start`` ≥ 0 the old values are first logged for the voters (row ``which`` of
+    ``log_old``, entries from ``start`` on).
     """
     w = weights[row]
     a = weight_sums[row]
     if start >= 0:
         log_old_values(w, cols, vals, dense, log_cols, log_old, which, start, no_zeros)
-    step = 1.0 if positive else -1.0
-    time_step = step * seen
-    c0 = 0.0
-    c1 = 0.0
-    c2 = 0.0
-    c3 = 0.0
     n = vals.shape[0]
+    time_step = float(seen)
     if dense:
-        m = n - n % UNROLL
-        for j in range(0, m, UNROLL):
-            old0 = w[j]
-            old1 = w[j + 1]
-            old2 = w[j + 2]
-            old3 = w[j + 3]
-            new0 = old0 + step * vals[j]
-            new1 = old1 + step * vals[j + 1]
-            new2 = old2 + step * vals[j + 2]
-            new3 = old3 + step * vals[j + 3]
-            a[j] -= time_step * vals[j]
-            a[j + 1] -= time_step * vals[j + 1]
-            a[j + 2] -= time_step * vals[j + 2]
-            a[j + 3] -= time_step * vals[j + 3]
-            w[j] = new0
-            w[j + 1] = new1
-            w[j + 2] = new2
-            w[j + 3] = new3
-            c0 += new0 * new0 - old0 * old0
-            c1 += new1 * new1 - old1 * old1
-            c2 += new2 * new2 - old2 * old2
-            c3 += new3 * new3 - old3 * old3
-        for j in range(m, n):
-            old = w[j]
-            new = old + step * vals[j]
-            a[j] -= time_step * vals[j]
-            w[j] = new
-            lane = j - m
-            if lane == 0:
-                c0 += new * new - old * old
-            elif lane == 1:
-                c1 += new * new - old * old
-            else:
-                c2 += new * new - old * old
+        if positive:
+            for j in range(n):
+                w[j] += vals[j]
+                a[j] -= time_step * vals[j]
+        else:
+            for j in range(n):
+                w[j] -= vals[j]
+                a[j] += time_step * vals[j]
+    elif positive:
+        for k in range(n):
+            c = cols[k]
+            w[c] += vals[k]
+            a[c] -= time_step * vals[k]
     else:
         for k in range(n):
             c = cols[k]
-            v = vals[k]
-            old = w[c]
-            new = old + step * v
-            a[c] -= time_step * v
-            w[c] = new
-            change = new * new - old * old
-            lane = c & LANE_MASK
-            if lane == 0:
-                c0 += change
-            elif lane == 1:
-                c1 += change
-            elif lane == 2:
-                c2 += change
-            else:
-                c3 += change
-    norm_sq = row_sq[row] + ((c0 + c1) + (c2 + c3))
+            w[c] -= vals[k]
+            a[c] += time_step * vals[k]
+    change = 2.0 * score if positive else -2.0 * score
+    norm_sq = row_sq[row] + (change + x_sq)
     row_sq[row] = norm_sq if norm_sq > 0.0 else 0.0
 
 
@@ -274,8 +239,9 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 for j in range(voter_columns.shape[0]):
                     voter_columns[j, slot] = w[j]
             apply_update(
-                weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, log_cols,
-                log_old, 0, entry, touched == vals.shape[0],
+                weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
+                compact_dot(vals, cols, vals, dense), log_cols, log_old, 0, entry,
+                touched == vals.shape[0],
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
@@ -404,14 +370,15 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                 log_rows, log_start, log_len, counters, max_voters, max_entries,
                 log_cols.shape[0],
             )  # fmt: skip
+            x_sq = compact_dot(vals, cols, vals, dense)
+            no_zeros = touched == vals.shape[0]
             apply_update(
-                weights, weight_sums, row_sq, target, cols, vals, dense, True, seen, log_cols,
-                log_old, 0, entry, touched == vals.shape[0],
+                weights, weight_sums, row_sq, target, cols, vals, dense, True, seen,
+                scores[target], x_sq, log_cols, log_old, 0, entry, no_zeros,
             )  # fmt: skip
             apply_update(
                 weights, weight_sums, row_sq, predicted, cols, vals, dense, False, seen,
-                log_cols,
-                log_old, 1, entry, touched == vals.shape[0],
+                scores[predicted], x_sq, log_cols, log_old, 1, entry, no_zeros,
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
