@@ -15,7 +15,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
-from learning._kernels import TOUCHED_ROWS
 from learning._voters import NO_ROW, empty_log
 from learning.errors import StateError
 
@@ -37,13 +36,19 @@ ARRAY_DTYPES: dict[str, np.dtype[np.generic]] = {
 FLOAT_ARRAYS = ("weights", "weight_sums", "row_sq", "log_old")
 COUNT_ARRAYS = ("log_counts", "log_start", "log_len", "log_cols", "counters")
 LOG_ARRAYS = ("log_counts", "log_rows", "log_start", "log_len", "log_cols", "log_old")
-ENTRY_BYTES = 8 * (1 + TOUCHED_ROWS)
+BINARY_ROWS_TOUCHED = 1
+MULTICLASS_ROWS_TOUCHED = 2
+"""Rows one update changes: the binary weights; the true and the predicted class."""
 VOTER_COLUMNS_BYTES = 2**20
 """Dense copies of a binary learner's voters are also kept (a derived cache, never saved) when
 they take at most this much: dimension x max_voters x 8 bytes. They make the vote one vectorised
 pass over x (see learning._voters.vote_binary_columns); larger models vote from the log alone."""
 NO_COLUMNS = np.zeros((0, 0))
-"""Bytes of one update-log entry: a column and the old value of each touched row."""
+
+
+def entry_bytes(touched_rows: int) -> int:
+    """Bytes of one update-log entry: a column and the old value of each touched row (16, 24)."""
+    return 8 * (1 + touched_rows)
 
 
 def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.generic]:
@@ -88,11 +93,17 @@ class LinearState:
     counters: NDArray[np.int64]
     rng: NDArray[np.uint64]
 
-    def __init__(self, rows: int, dimension: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        rows: int,
+        dimension: int,
+        seed: int = 0,
+        touched_rows: int = MULTICLASS_ROWS_TOUCHED,
+    ) -> None:
         self.weights = np.zeros((rows, dimension))
         self.weight_sums = np.zeros((rows, dimension))
         self.row_sq = np.zeros(rows)
-        for name, array in empty_log(0, 0).items():
+        for name, array in empty_log(0, 0, touched_rows).items():
             setattr(self, name, array)
         self.counters = np.zeros(k.N_COUNTERS, dtype=np.int64)
         self.rng = np.array([seed], dtype=np.uint64)
@@ -105,6 +116,11 @@ class LinearState:
     @property
     def dimension(self) -> int:
         return int(self.weights.shape[1])
+
+    @property
+    def touched_rows(self) -> int:
+        """Rows one update changes (1 binary, 2 multiclass): the rows of ``log_old``."""
+        return int(self.log_old.shape[0])
 
     def counter(self, index: int) -> int:
         return int(self.counters[index])
@@ -138,7 +154,7 @@ class LinearState:
         if (voter_capacity, entry_capacity) == (self.log_counts.shape[0], self.log_cols.shape[0]):
             return
         ordered = self.ordered_log()
-        log = empty_log(voter_capacity, entry_capacity)
+        log = empty_log(voter_capacity, entry_capacity, self.touched_rows)
         for name in ("log_counts", "log_rows", "log_start", "log_len"):
             log[name][:n] = ordered[name]
         log["log_cols"][:used] = ordered["log_cols"]
@@ -336,7 +352,7 @@ class LinearState:
             "log_rows": (n_voters, 2),
             "log_start": (n_voters,),
             "log_len": (n_voters,),
-            "log_old": (2, entries),
+            "log_old": (self.log_old.shape[0], entries),
         }
         for name, shape in expected.items():
             actual = getattr(self, name).shape
@@ -363,6 +379,10 @@ class LinearState:
         first, second = self.log_rows[:, 0], self.log_rows[:, 1]
         if ((first < 0) | (first >= rows) | (second < NO_ROW) | (second >= rows)).any():
             raise StateError("voter log names rows the weights do not have")
+        if self.touched_rows not in (BINARY_ROWS_TOUCHED, MULTICLASS_ROWS_TOUCHED) or (
+            self.touched_rows == BINARY_ROWS_TOUCHED and (second != NO_ROW).any()
+        ):
+            raise StateError("voter log old values do not match the rows its updates touch")
         if self.log_cols.shape[0] and self.log_cols.max() >= dimension:
             raise StateError("voter log names columns the weights do not have")
         if self.counter(k.LOG_HEAD) != 0 or self.counter(k.POOL_TAIL) != 0:

@@ -22,7 +22,8 @@ Voted, bounded memory
 The voters are an update log (:mod:`learning._voters`): for each update since the oldest kept
 voter, the columns it changed and their old values, so a voter costs O(non-zeros of its update),
 not O(dimension). Two bounds hold at once: ``max_voters`` voters and ``max_voter_bytes`` bytes of
-log (24 bytes an entry; 4 MiB by default, e.g. 64 voters of 2,730 non-zeros each). Below them the
+log (16 bytes an entry binary, 24 multiclass; 4 MiB by default, e.g. 64 voters of 4,096 non-zeros
+each, binary). Below them the
 vote is exactly Freund & Schapire's. At either bound the **oldest** voters are dropped:
 ``dropped_voters`` / ``dropped_votes`` report how many voters and how much survival mass were left
 out, and the vote is then the exact vote of the newest voters. An update with more entries than
@@ -52,7 +53,13 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning import _scoring
-from learning._arrays import ENTRY_BYTES, NO_COLUMNS, LinearState
+from learning._arrays import (
+    BINARY_ROWS_TOUCHED,
+    MULTICLASS_ROWS_TOUCHED,
+    NO_COLUMNS,
+    LinearState,
+    entry_bytes,
+)
 from learning._rows import (
     Rows,
     check_values,
@@ -104,7 +111,7 @@ IN_KERNEL_CHECK_FACTOR = 4
 NO_CHECK = 0.0
 DEFAULT_MAX_VOTERS = 64
 DEFAULT_MAX_VOTER_BYTES = 4 * 2**20
-"""4 MiB of update log: 174,762 entries, e.g. 64 voters of 2,730 non-zeros each."""
+"""4 MiB of update log: 262,144 binary entries (64 voters of 4,096 non-zeros each)."""
 
 
 class LinearLearner(_ClassifierBase):
@@ -230,7 +237,8 @@ class LinearLearner(_ClassifierBase):
     @property
     def _max_entries(self) -> int:
         """Update-log entries the ``max_voter_bytes`` bound allows."""
-        return self.max_voter_bytes // ENTRY_BYTES
+        touched = MULTICLASS_ROWS_TOUCHED if self.multiclass else BINARY_ROWS_TOUCHED
+        return self.max_voter_bytes // entry_bytes(touched)
 
     def _run_kernel(self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs, limit: float) -> int:
         """Run the learning kernel (state sized beforehand); ``limit`` > 0 checks rows inside it.
@@ -333,7 +341,7 @@ class LinearLearner(_ClassifierBase):
 
     def _learn_single(self, rows: KernelArgs, entries: int, code: NDArray[Any]) -> bool:
         state = self._state
-        max_entries = self.max_voter_bytes // ENTRY_BYTES
+        max_entries = self._max_entries
         if state.needs_log_room(entries, self.max_voters, max_entries):
             state.ensure_log_capacity(1, entries, self.max_voters, max_entries)
         outputs = self._single().outputs

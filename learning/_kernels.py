@@ -107,8 +107,6 @@ BELOW_ANY_VOTE = -(2**62)
 UNROLL = 4
 LANE_MASK = UNROLL - 1
 """Column j goes to partial sum j & LANE_MASK (= j mod 4)."""
-TOUCHED_ROWS = 2
-"""Rows one update changes at most (multiclass: the true and the predicted class)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 Floats = NDArray[np.float64]

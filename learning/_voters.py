@@ -17,7 +17,7 @@ Layout: voters are a ring of ``len(log_counts)`` slots (oldest at ``counters[LOG
 ``counters[N_VOTERS]`` of them); slot s holds the survival count, the rows the update touched
 (``log_rows[s]``, -1 for none) and where its entries start in the entry ring (``log_start[s]``,
 ``log_len[s]`` entries). Entry e is ``log_cols[e]`` with the old values ``log_old[0, e]`` (first
-touched row) and ``log_old[1, e]`` (second; a binary learner never writes that row).
+touched row) and ``log_old[1, e]`` (second; multiclass only: a binary log_old has one row).
 ``counters[POOL_USED]`` entries are live, the next one goes at ``counters[POOL_TAIL]``. The
 caller sizes both rings before a batch (see
 :meth:`learning._arrays.LinearState.ensure_log_capacity`), so a kernel never runs out of room.
@@ -341,13 +341,16 @@ def vote_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     return choice
 
 
-def empty_log(capacity: int, entries: int) -> dict[str, NDArray[np.generic]]:
-    """Log arrays with room for ``capacity`` voters and ``entries`` entries."""
+def empty_log(capacity: int, entries: int, touched_rows: int) -> dict[str, NDArray[np.generic]]:
+    """Log arrays with room for ``capacity`` voters and ``entries`` entries.
+
+    ``touched_rows``: rows an update changes (1 binary, 2 multiclass): the rows of ``log_old``.
+    """
     return {
         "log_counts": np.zeros(capacity, dtype=np.int64),
         "log_rows": np.full((capacity, 2), NO_ROW, dtype=np.int64),
         "log_start": np.zeros(capacity, dtype=np.int64),
         "log_len": np.zeros(capacity, dtype=np.int64),
         "log_cols": np.zeros(entries, dtype=np.int64),
-        "log_old": np.zeros((2, entries)),
+        "log_old": np.zeros((touched_rows, entries)),
     }

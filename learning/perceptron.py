@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _learn
-from learning._arrays import LinearState
+from learning._arrays import BINARY_ROWS_TOUCHED, LinearState
 from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
 from learning.labels import LabelMap
@@ -77,7 +77,9 @@ class Perceptron(LinearLearner):
     ) -> None:
         self._init_common(encoder, predictor, max_voters, max_voter_bytes, prequential_voted)
         self.label_map = label_map if label_map is not None else LabelMap.boolean()
-        self._state = LinearState(BINARY_ROWS, self.encoder.dimension)
+        self._state = LinearState(
+            BINARY_ROWS, self.encoder.dimension, touched_rows=BINARY_ROWS_TOUCHED
+        )
 
     def _rows(self) -> int:
         return BINARY_ROWS

@@ -138,6 +138,8 @@ def _learner_from(meta: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -
         raise StateError(
             f"weights cover {state.dimension} coordinates, the encoder only {encoder.dimension}"
         )
+    if state.touched_rows != learner._state.touched_rows:
+        raise StateError(f"voter log of {state.touched_rows} rows for a {kind}")
     if state.counter(k.N_VOTERS) > learner.max_voters:
         raise StateError(f"{state.counter(k.N_VOTERS)} voters exceed max_voters")
     if state.log_cols.shape[0] > learner._max_entries:

@@ -9,12 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learning import DenseEncoder, LabelMap, MulticlassPerceptron, VotedPerceptron, dump_state
-from learning._arrays import ENTRY_BYTES
+from learning._arrays import BINARY_ROWS_TOUCHED, MULTICLASS_ROWS_TOUCHED, entry_bytes
 from learning.sparse import CSRBatch
 from tests.unit.learning.reference import bounded_voted_binary, bounded_voted_multiclass
 
 SIGNS = LabelMap({1: 1, -1: -1})
 UNBOUNDED = 10**6
+BINARY_ENTRY = entry_bytes(BINARY_ROWS_TOUCHED)
 
 
 def sparse_integer_stream(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +47,10 @@ def test_binary_vote_equals_the_reference_below_and_at_the_bound(
 ) -> None:
     X, y = sparse_integer_stream(120, 7, seed)
     model = VotedPerceptron(
-        SIGNS, encoder=DenseEncoder(6), max_voters=max_voters, max_voter_bytes=entries * ENTRY_BYTES
+        SIGNS,
+        encoder=DenseEncoder(6),
+        max_voters=max_voters,
+        max_voter_bytes=entries * BINARY_ENTRY,
     )
     predictions = voted_predictions(model, X, y)
     reference = bounded_voted_binary(X, y, max_voters, entries)
@@ -71,7 +75,7 @@ def test_multiclass_vote_equals_the_reference_below_and_at_the_bound(
         [0, 1, 2],
         encoder=DenseEncoder(5),
         max_voters=max_voters,
-        max_voter_bytes=entries * ENTRY_BYTES,
+        max_voter_bytes=entries * entry_bytes(MULTICLASS_ROWS_TOUCHED),
         seed=seed,
     )
     predictions = voted_predictions(model, X, y)
@@ -96,7 +100,7 @@ def test_at_the_byte_bound_the_oldest_voters_go_and_memory_stays_bounded() -> No
     X, y = sparse_integer_stream(400, 9, 2)
     budget = 40  # entries: a few voters of ~4 non-zeros each
     model = VotedPerceptron(
-        SIGNS, encoder=DenseEncoder(8), max_voters=UNBOUNDED, max_voter_bytes=budget * ENTRY_BYTES
+        SIGNS, encoder=DenseEncoder(8), max_voters=UNBOUNDED, max_voter_bytes=budget * BINARY_ENTRY
     )
     model.learn_batch(X, y)
     state = model._state
@@ -114,7 +118,7 @@ def test_at_the_byte_bound_the_oldest_voters_go_and_memory_stays_bounded() -> No
 def test_an_update_larger_than_the_whole_bound_drops_every_voter() -> None:
     X = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 2.0], [1.0, 0.0]])
     y = np.array([1.0, 1.0, -1.0, -1.0])
-    model = VotedPerceptron(SIGNS, encoder=DenseEncoder(1), max_voter_bytes=1 * ENTRY_BYTES)
+    model = VotedPerceptron(SIGNS, encoder=DenseEncoder(1), max_voter_bytes=1 * BINARY_ENTRY)
     model.learn_batch(X, y)
     # Event 2 (two non-zeros) ends a voter of 2 events: it cannot be logged in one entry. Event 3
     # (one non-zero) ends a voter of 1 event, which fits.
