@@ -117,6 +117,11 @@ BREACHES: dict[str, tuple[str, Callable[[np.ndarray], None], str]] = {
     "counts that do not add up": ("log_counts", lambda a: a.__setitem__(0, a[0] + 1), "add up"),
     "log column past the weights": ("log_cols", lambda a: a.__setitem__(0, 10**9), "columns"),
     "log row that does not exist": ("log_rows", lambda a: a.__setitem__((0, 0), 7), "rows"),
+    "a second touched row in a binary log": (
+        "log_rows",
+        lambda a: a.__setitem__((0, 1), 0),
+        "match the rows",
+    ),
     "NaN averaging sum": ("weight_sums", lambda a: a.__setitem__(0, np.nan), "weight_sums"),
     "NaN logged value": ("log_old", lambda a: a.__setitem__((0, 0), np.inf), "log_old"),
 }
