@@ -126,10 +126,32 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     """
     w = weights[row]
     a = weight_sums[row]
-    if start >= 0:
-        log_old_values(w, cols, vals, dense, log_cols, log_old, which, start, no_zeros)
     n = vals.shape[0]
     time_step = float(seen)
+    step = 1.0 if positive else -1.0
+    if dense and no_zeros and 0 <= start <= log_cols.shape[0] - n:
+        # The common dense case in one pass: log every old value (columns 0 .. n-1), update.
+        for j in range(n):
+            old = w[j]
+            log_cols[start + j] = j
+            log_old[which, start + j] = old
+            w[j] = old + step * vals[j]
+            a[j] -= (step * time_step) * vals[j]
+    else:
+        if start >= 0:
+            log_old_values(w, cols, vals, dense, log_cols, log_old, which, start, no_zeros)
+        update_weights(w, a, cols, vals, dense, positive, time_step)
+    change = 2.0 * score if positive else -2.0 * score
+    norm_sq = row_sq[row] + (change + x_sq)
+    row_sq[row] = norm_sq if norm_sq > 0.0 else 0.0
+
+
+@_jit
+def update_weights(  # noqa: PLR0917 - numba kernels take positional arrays
+    w: Floats, a: Floats, cols: Ints, vals: Floats, dense: bool, positive: bool, time_step: float
+) -> None:
+    """w ± x and a ∓ time_step·x over the row's stored entries (see :func:`apply_update`)."""
+    n = vals.shape[0]
     if dense:
         if positive:
             for j in range(n):
@@ -149,9 +171,6 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
             c = cols[k]
             w[c] -= vals[k]
             a[c] += time_step * vals[k]
-    change = 2.0 * score if positive else -2.0 * score
-    norm_sq = row_sq[row] + (change + x_sq)
-    row_sq[row] = norm_sq if norm_sq > 0.0 else 0.0
 
 
 @_jit
