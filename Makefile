@@ -53,3 +53,4 @@ soak: $(STAMP) system-deps bench-deps kafka-deps
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
+	find learning -name '*.nbi' -delete -o -name '*.nbc' -delete

@@ -1,8 +1,9 @@
-"""The state arrays of a linear learner, and how they grow.
+"""The state arrays of a linear learner, how they grow, and their sparse saved form.
 
 One object holds everything the kernels read and write (see :mod:`learning._kernels` for the
-layout). Arrays grow by zero padding, which is exact: a new coordinate or class starts at weight
-zero and contributes exact zeros to every dot product.
+layout and :mod:`learning._voters` for the update log). Weights grow by zero padding, which is
+exact: a new coordinate or class starts at weight zero and contributes exact zeros to every dot
+product. The log grows (doubling) up to its bounds before a batch needs the room.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning._voters import NO_ROW, empty_log
 from learning.errors import StateError
 
 logger = logging.getLogger(__name__)
@@ -21,16 +23,32 @@ logger = logging.getLogger(__name__)
 ARRAY_DTYPES: dict[str, np.dtype[np.generic]] = {
     "weights": np.dtype(np.float64),
     "weight_sums": np.dtype(np.float64),
-    "born": np.dtype(np.int64),
     "row_sq": np.dtype(np.float64),
-    "voters": np.dtype(np.float64),
-    "voter_counts": np.dtype(np.int64),
-    "voter_order": np.dtype(np.int64),
+    "log_counts": np.dtype(np.int64),
+    "log_rows": np.dtype(np.int64),
+    "log_start": np.dtype(np.int64),
+    "log_len": np.dtype(np.int64),
+    "log_cols": np.dtype(np.int64),
+    "log_old": np.dtype(np.float64),
     "counters": np.dtype(np.int64),
     "rng": np.dtype(np.uint64),
 }
-FLOAT_ARRAYS = ("weights", "weight_sums", "row_sq", "voters")
-COUNT_ARRAYS = ("born", "voter_counts", "counters")
+FLOAT_ARRAYS = ("weights", "weight_sums", "row_sq", "log_old")
+COUNT_ARRAYS = ("log_counts", "log_start", "log_len", "log_cols", "counters")
+LOG_ARRAYS = ("log_counts", "log_rows", "log_start", "log_len", "log_cols", "log_old")
+BINARY_ROWS_TOUCHED = 1
+MULTICLASS_ROWS_TOUCHED = 2
+"""Rows one update changes: the binary weights; the true and the predicted class."""
+VOTER_COLUMNS_BYTES = 2**20
+"""Dense copies of a binary learner's voters are also kept (a derived cache, never saved) when
+they take at most this much: dimension x max_voters x 8 bytes. They make the vote one vectorised
+pass over x (see learning._voters.vote_binary_columns); larger models vote from the log alone."""
+NO_COLUMNS = np.zeros((0, 0))
+
+
+def entry_bytes(touched_rows: int) -> int:
+    """Bytes of one update-log entry: a column and the old value of each touched row (16, 24)."""
+    return 8 * (1 + touched_rows)
 
 
 def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.generic]:
@@ -41,8 +59,16 @@ def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.gener
     return grown
 
 
+def _grown(current: int, needed: int, bound: int) -> int:
+    """Capacity for ``needed`` (at most ``bound``), doubling so growth is amortised."""
+    target = min(needed, bound)
+    if target <= current:
+        return current
+    return min(bound, max(target, 2 * current))
+
+
 class LinearState:
-    """Weights, lazy-averaging sums, voters, counters and generator state of one learner.
+    """Weights, lazy-averaging sums, the voters' update log, counters and generator state.
 
     Parameters
     ----------
@@ -54,16 +80,34 @@ class LinearState:
         Initial state of the tie-breaking generator.
     """
 
-    def __init__(self, rows: int, dimension: int, seed: int = 0) -> None:
+    weights: NDArray[np.float64]
+    weight_sums: NDArray[np.float64]
+    row_sq: NDArray[np.float64]
+    log_counts: NDArray[np.int64]
+    log_rows: NDArray[np.int64]
+    log_start: NDArray[np.int64]
+    log_len: NDArray[np.int64]
+    log_cols: NDArray[np.int64]
+    log_old: NDArray[np.float64]
+    voter_columns: NDArray[np.float64]
+    counters: NDArray[np.int64]
+    rng: NDArray[np.uint64]
+
+    def __init__(
+        self,
+        rows: int,
+        dimension: int,
+        seed: int = 0,
+        touched_rows: int = MULTICLASS_ROWS_TOUCHED,
+    ) -> None:
         self.weights = np.zeros((rows, dimension))
         self.weight_sums = np.zeros((rows, dimension))
-        self.born = np.zeros(rows, dtype=np.int64)
         self.row_sq = np.zeros(rows)
-        self.voters = np.zeros((0, rows, dimension))
-        self.voter_counts = np.zeros(0, dtype=np.int64)
-        self.voter_order = np.zeros(0, dtype=np.int64)
+        for name, array in empty_log(0, 0, touched_rows).items():
+            setattr(self, name, array)
         self.counters = np.zeros(k.N_COUNTERS, dtype=np.int64)
         self.rng = np.array([seed], dtype=np.uint64)
+        self.voter_columns = NO_COLUMNS
 
     @property
     def rows(self) -> int:
@@ -73,6 +117,11 @@ class LinearState:
     def dimension(self) -> int:
         return int(self.weights.shape[1])
 
+    @property
+    def touched_rows(self) -> int:
+        """Rows one update changes (1 binary, 2 multiclass): the rows of ``log_old``."""
+        return int(self.log_old.shape[0])
+
     def counter(self, index: int) -> int:
         return int(self.counters[index])
 
@@ -80,41 +129,125 @@ class LinearState:
         """Grow to at least ``rows`` x ``dimension`` (never shrinks)."""
         if rows <= self.weights.shape[0] and dimension <= self.weights.shape[1]:
             return
-        rows = max(rows, self.rows)
-        dimension = max(dimension, self.dimension)
-        if (rows, dimension) == self.weights.shape:
+        shape = (max(rows, self.rows), max(dimension, self.dimension))
+        if shape == self.weights.shape:
             return
-        self.weights = _pad(self.weights, (rows, dimension))  # type: ignore[assignment]
-        self.weight_sums = _pad(self.weight_sums, (rows, dimension))  # type: ignore[assignment]
-        self.born = _pad(self.born, (rows,))  # type: ignore[assignment]
-        self.row_sq = _pad(self.row_sq, (rows,))  # type: ignore[assignment]
-        capacity = self.voters.shape[0]
-        self.voters = _pad(self.voters, (capacity, rows, dimension))  # type: ignore[assignment]
+        self.voter_columns = NO_COLUMNS  # its shape no longer fits: rebuilt when next wanted
+        self.weights = _pad(self.weights, shape)  # type: ignore[assignment]
+        self.weight_sums = _pad(self.weight_sums, shape)  # type: ignore[assignment]
+        self.row_sq = _pad(self.row_sq, (shape[0],))  # type: ignore[assignment]
 
-    def ensure_voter_capacity(self, needed: int, max_voters: int) -> None:
-        """Room for ``min(needed, max_voters)`` voters, allocated lazily (doubling)."""
-        capacity = self.voters.shape[0]
-        target = min(needed, max_voters)
-        if target <= capacity:
+    def ensure_log_capacity(
+        self, voters: int, entries: int, max_voters: int, max_entries: int
+    ) -> None:
+        """Room for ``voters`` more voters and ``entries`` more log entries, within the bounds.
+
+        ``max_entries`` may be below the byte bound when the caller knows the log cannot hold more
+        (``max_voters`` voters of at most so many entries each).
+
+        Growing puts the log in order (oldest first) in the new arrays (see learning._voters).
+        """
+        n = self.counter(k.N_VOTERS)
+        used = self.counter(k.POOL_USED)
+        voter_capacity = _grown(self.log_counts.shape[0], n + voters, max_voters)
+        entry_capacity = _grown(self.log_cols.shape[0], used + entries, max_entries)
+        if (voter_capacity, entry_capacity) == (self.log_counts.shape[0], self.log_cols.shape[0]):
             return
-        target = min(max_voters, max(target, 2 * capacity))
-        self.voters = _pad(self.voters, (target, self.rows, self.dimension))  # type: ignore[assignment]
-        self.voter_counts = _pad(self.voter_counts, (target,))  # type: ignore[assignment]
-        self.voter_order = _pad(self.voter_order, (target,))  # type: ignore[assignment]
+        ordered = self.ordered_log()
+        log = empty_log(voter_capacity, entry_capacity, self.touched_rows)
+        for name in ("log_counts", "log_rows", "log_start", "log_len"):
+            log[name][:n] = ordered[name]
+        log["log_cols"][:used] = ordered["log_cols"]
+        log["log_old"][:, :used] = ordered["log_old"]
+        for name, array in log.items():
+            setattr(self, name, array)
+        self.voter_columns = NO_COLUMNS  # slots moved: rebuilt when next wanted
+        self.counters[k.LOG_HEAD] = 0
+        self.counters[k.POOL_TAIL] = used % entry_capacity if entry_capacity else 0
+
+    def voter_columns_for(self, max_voters: int) -> NDArray[np.float64]:
+        """The dense voter copies of a binary learner when small enough, rebuilt if stale.
+
+        Column s is the voter in log slot s (free slots hold anything). Empty (0 x 0) when the
+        copies would exceed VOTER_COLUMNS_BYTES; the kernels then vote from the log.
+        """
+        shape = (self.dimension, self.log_counts.shape[0])
+        if self.voter_columns.shape == shape and shape[1] > 0:
+            return self.voter_columns
+        if self.rows != 1 or self.dimension * max_voters * 8 > VOTER_COLUMNS_BYTES:
+            self.voter_columns = NO_COLUMNS
+            return self.voter_columns
+        columns = np.zeros(shape)
+        capacity = max(shape[1], 1)
+        head = self.counter(k.LOG_HEAD)
+        for age, (_, weights) in enumerate(self.voter_list()):
+            columns[:, (head + age) % capacity] = weights[0]
+        self.voter_columns = columns
+        return columns
+
+    def longest_entry(self) -> int:
+        """The most entries a kept voter's update holds (0 without voters)."""
+        n = self.counter(k.N_VOTERS)
+        if n == 0:
+            return 0
+        slots = (self.counter(k.LOG_HEAD) + np.arange(n)) % self.log_counts.shape[0]
+        return int(self.log_len[slots].max())
+
+    def needs_log_room(self, entries: int, max_voters: int, max_entries: int) -> bool:
+        """Whether one more voter of ``entries`` entries may not fit the log's current arrays."""
+        voter_room = self.log_counts.shape[0]
+        entry_room = self.log_cols.shape[0]
+        return bool(
+            (voter_room < max_voters and self.counters[k.N_VOTERS] >= voter_room)
+            or (entry_room < max_entries and self.counters[k.POOL_USED] + entries > entry_room)
+        )
+
+    def ordered_log(self) -> dict[str, NDArray[np.generic]]:
+        """The kept voters' log, oldest first, entries contiguous from 0 (a canonical form)."""
+        n = self.counter(k.N_VOTERS)
+        capacity = max(self.log_counts.shape[0], 1)
+        slots = (self.counter(k.LOG_HEAD) + np.arange(n)) % capacity
+        lengths = self.log_len[slots]
+        entry_capacity = max(self.log_cols.shape[0], 1)
+        positions = np.concatenate(
+            [(self.log_start[s] + np.arange(length)) % entry_capacity
+             for s, length in zip(slots.tolist(), lengths.tolist(), strict=True)]
+            or [np.zeros(0, dtype=np.int64)]
+        )  # fmt: skip
+        starts = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(lengths[:-1], out=starts[1:])
+        return {
+            "log_counts": self.log_counts[slots].copy(),
+            "log_rows": self.log_rows[slots].copy(),
+            "log_start": starts,
+            "log_len": lengths.copy(),
+            "log_cols": self.log_cols[positions].copy(),
+            "log_old": self.log_old[:, positions].copy(),
+        }
 
     def averaged_weights(self) -> NDArray[np.float64]:
         """w̄ = mean of the post-event weights over all events seen (zeros before any)."""
         seen = self.counter(k.SEEN)
         if seen == 0:
             return np.zeros_like(self.weights)
-        live = (seen - self.born)[:, None]
-        total: NDArray[np.float64] = (self.weight_sums + live * self.weights) / seen
+        total: NDArray[np.float64] = (self.weight_sums + seen * self.weights) / seen
         return total
 
     def voter_list(self) -> list[tuple[int, NDArray[np.float64]]]:
-        """Finished voters kept for the vote, largest survival count first: (count, weights)."""
-        order = self.voter_order[: self.counter(k.N_VOTERS)]
-        return [(int(self.voter_counts[s]), self.voters[s].copy()) for s in order]
+        """Kept finished voters, oldest first: (survival count, weights), rebuilt from the log."""
+        log = self.ordered_log()
+        current = self.weights.copy()
+        voters: list[tuple[int, NDArray[np.float64]]] = []
+        for v in range(self.counter(k.N_VOTERS) - 1, -1, -1):
+            start = int(log["log_start"][v])
+            columns = log["log_cols"][start : start + int(log["log_len"][v])]
+            old = log["log_old"][:, start : start + columns.shape[0]]
+            for which, row in enumerate(log["log_rows"][v].tolist()):
+                if row != NO_ROW:
+                    current[row, columns] = old[which]
+            voters.append((int(log["log_counts"][v]), current.copy()))
+        return voters[::-1]
 
     @property
     def nbytes(self) -> int:
@@ -126,59 +259,100 @@ class LinearState:
         copy = LinearState.__new__(LinearState)
         for name, array in self.arrays().items():
             setattr(copy, name, array.copy())
+        copy.voter_columns = self.voter_columns.copy()
         return copy
 
     def compact_copy(self) -> LinearState:
-        """A deep copy holding only the kept voters, in vote order (for snapshots)."""
+        """A read-only deep copy with the log in canonical order (for snapshots and saving)."""
         copy = LinearState.__new__(LinearState)
-        n = self.counter(k.N_VOTERS)
-        order = self.voter_order[:n]
-        copy.weights = self.weights.copy()
-        copy.weight_sums = self.weight_sums.copy()
-        copy.born = self.born.copy()
-        copy.row_sq = self.row_sq.copy()
-        copy.voters = self.voters[order].copy()
-        copy.voter_counts = self.voter_counts[order].copy()
-        copy.voter_order = np.arange(n, dtype=np.int64)
-        copy.counters = self.counters.copy()
-        copy.rng = self.rng.copy()
+        for name in ARRAY_DTYPES:
+            if name not in LOG_ARRAYS:
+                setattr(copy, name, getattr(self, name).copy())
+        for name, array in self.ordered_log().items():
+            setattr(copy, name, array)
+        copy.counters[k.LOG_HEAD] = 0
+        copy.counters[k.POOL_TAIL] = 0
+        copy.voter_columns = NO_COLUMNS
         for array in copy.arrays().values():
             array.flags.writeable = False
         return copy
 
     def arrays(self) -> dict[str, NDArray[np.generic]]:
-        """Every array by name (for saving)."""
+        """Every array by name."""
         return {name: getattr(self, name) for name in ARRAY_DTYPES}
 
+    def sparse_arrays(self) -> dict[str, NDArray[np.generic]]:
+        """The state with only its touched coordinates: O(updates x nnz), not O(dimension).
+
+        A coordinate is stored when its weight or its averaging sum is not the initial zero (a
+        stored -0.0 keeps its sign); the log is stored in canonical order.
+        :meth:`from_sparse_arrays` inverts it.
+        """
+        touched = np.flatnonzero(
+            (self.weights != 0.0).ravel()
+            | (self.weight_sums != 0.0).ravel()
+            | np.signbit(self.weights).ravel()
+            | np.signbit(self.weight_sums).ravel()
+        )
+        counters = self.counters.copy()
+        counters[k.LOG_HEAD] = 0
+        counters[k.POOL_TAIL] = 0
+        return {
+            "shape": np.array(self.weights.shape, dtype=np.int64),
+            "coordinates": touched.astype(np.int64),
+            "weights": self.weights.ravel()[touched],
+            "weight_sums": self.weight_sums.ravel()[touched],
+            "row_sq": self.row_sq.copy(),
+            **self.ordered_log(),
+            "counters": counters,
+            "rng": self.rng.copy(),
+        }
+
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, NDArray[np.generic]]) -> LinearState:
-        """Rebuild from :meth:`arrays`, checking names, dtypes and that the shapes agree."""
-        missing = set(ARRAY_DTYPES) - set(arrays)
+    def from_sparse_arrays(cls, arrays: Mapping[str, NDArray[np.generic]]) -> LinearState:
+        """Rebuild from :meth:`sparse_arrays`, checking names, dtypes, shapes and invariants."""
+        expected = {**ARRAY_DTYPES, "shape": np.dtype(np.int64), "coordinates": np.dtype(np.int64)}
+        missing = set(expected) - set(arrays)
         if missing:
             raise StateError(f"model state lacks arrays {sorted(missing)}")
-        for name, dtype in ARRAY_DTYPES.items():
+        for name, dtype in expected.items():
             if arrays[name].dtype != dtype:
                 raise StateError(f"array {name!r} has dtype {arrays[name].dtype}, expected {dtype}")
-        state = cls.__new__(cls)
-        for name in ARRAY_DTYPES:
+        shape: NDArray[np.int64] = np.asarray(arrays["shape"], dtype=np.int64)
+        if shape.shape != (2,) or (shape < 0).any():
+            raise StateError(f"weights shape must be two non-negative sizes, got {shape.tolist()}")
+        rows, dimension = (int(size) for size in shape)
+        coordinates = arrays["coordinates"]
+        n = coordinates.shape[0]
+        for name in ("weights", "weight_sums"):
+            if arrays[name].shape != (n,):
+                raise StateError(f"array {name!r} has shape {arrays[name].shape}, expected ({n},)")
+        if coordinates.ndim != 1 or (n and (
+            coordinates[0] < 0 or coordinates[-1] >= rows * dimension
+            or (np.diff(coordinates) <= 0).any()
+        )):  # fmt: skip
+            raise StateError("coordinates must increase strictly within the weights' shape")
+        state = cls(rows, dimension)
+        for name in ("weights", "weight_sums"):
+            getattr(state, name).ravel()[coordinates] = arrays[name]
+        for name in ("row_sq", "counters", "rng", *LOG_ARRAYS):
             setattr(state, name, np.ascontiguousarray(arrays[name]).copy())
         state._check_shapes()
         return state
 
     def _check_shapes(self) -> None:
-        if self.weights.ndim != 2:
-            raise StateError(f"weights must be 2-D, got shape {self.weights.shape}")
         rows, dimension = self.weights.shape
-        capacity = self.voters.shape[0] if self.voters.ndim == 3 else -1
+        n_voters = self.counter(k.N_VOTERS) if self.counters.shape == (k.N_COUNTERS,) else -1
+        entries = self.log_cols.shape[0]
         expected = {
-            "weight_sums": (rows, dimension),
-            "born": (rows,),
             "row_sq": (rows,),
-            "voters": (capacity, rows, dimension),
-            "voter_counts": (capacity,),
-            "voter_order": (capacity,),
             "counters": (k.N_COUNTERS,),
             "rng": (1,),
+            "log_counts": (n_voters,),
+            "log_rows": (n_voters, 2),
+            "log_start": (n_voters,),
+            "log_len": (n_voters,),
+            "log_old": (self.log_old.shape[0], entries),
         }
         for name, shape in expected.items():
             actual = getattr(self, name).shape
@@ -186,15 +360,33 @@ class LinearState:
                 raise StateError(f"array {name!r} has shape {actual}, expected {shape}")
         if not 0 <= self.counter(k.ACTIVE_CLASSES) <= rows:
             raise StateError(f"{self.counter(k.ACTIVE_CLASSES)} active classes for {rows} rows")
-        n_voters = self.counter(k.N_VOTERS)
-        if not 0 <= n_voters <= capacity:
-            raise StateError(f"{n_voters} voters recorded but room for {capacity}")
-        kept = self.voter_order[:n_voters]
-        if len(set(kept.tolist())) != n_voters or (
-            n_voters and not 0 <= kept.min() <= kept.max() < capacity
-        ):
-            raise StateError("voter order is not a set of distinct voter slots")
         self._check_values()
+        self._check_log(rows, dimension)
+
+    def _check_log(self, rows: int, dimension: int) -> None:
+        """The log in canonical order: contiguous entries, valid rows and columns, sound sums."""
+        starts = np.zeros_like(self.log_len)
+        np.cumsum(self.log_len[:-1], out=starts[1:])
+        if (
+            not np.array_equal(starts, self.log_start)
+            or self.log_len.sum() != self.log_cols.shape[0]
+        ):
+            raise StateError("voter log entries are not contiguous")
+        if self.counter(k.POOL_USED) != self.log_cols.shape[0]:
+            raise StateError("voter log size does not match its counter")
+        if self.log_counts.sum() != self.counter(k.VOTE_TOTAL) or (self.log_counts <= 0).any():
+            raise StateError("voter survival counts do not add up to the vote total")
+        first, second = self.log_rows[:, 0], self.log_rows[:, 1]
+        if ((first < 0) | (first >= rows) | (second < NO_ROW) | (second >= rows)).any():
+            raise StateError("voter log names rows the weights do not have")
+        if self.touched_rows not in (BINARY_ROWS_TOUCHED, MULTICLASS_ROWS_TOUCHED) or (
+            self.touched_rows == BINARY_ROWS_TOUCHED and (second != NO_ROW).any()
+        ):
+            raise StateError("voter log old values do not match the rows its updates touch")
+        if self.log_cols.shape[0] and self.log_cols.max() >= dimension:
+            raise StateError("voter log names columns the weights do not have")
+        if self.counter(k.LOG_HEAD) != 0 or self.counter(k.POOL_TAIL) != 0:
+            raise StateError("voter log is not in canonical order")
 
     def _check_values(self) -> None:
         """Values no learning can produce: a non-finite float or a negative count."""

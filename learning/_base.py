@@ -5,57 +5,80 @@ each, then learn):
 
 * ``last`` — the current weights w (the perceptron itself);
 * ``averaged`` — w̄, the mean of the post-event weights over every event seen (Freund &
-  Schapire's averaged perceptron), maintained lazily at a cost per update, not per event;
+  Schapire's averaged perceptron), maintained lazily per coordinate at a cost per update of
+  O(non-zeros), not per event;
 * ``voted`` — Freund & Schapire's voted perceptron: every weight vector wₙ the learner has held
   votes sign(wₙ·x̃) (or its argmax class) with weight cₙ, the number of events it survived.
 
+Dense or sparse rows
+--------------------
+Every method taking encoded events takes a dense matrix or a :class:`~learning.sparse.CSRBatch`;
+both go through the same compiled kernels (:mod:`learning._learn`) and give bit-identical results
+on the same vectors. A sparse row costs O(non-zeros) per event; the prequential vote
+O(voters x non-zeros).
+
 Voted, bounded memory
 ---------------------
-A voter costs ``classes x dimension x 8`` bytes, so at most ``max_voters`` finished voters are
-kept (plus the live one): memory is bounded by ``max_voters x classes x dimension x 8`` bytes,
-allocated as needed. Below the bound the vote is exactly Freund & Schapire's. At the bound, the
-voter with the smallest survival count is dropped (the newcomer, when it is no larger): the vote
-is then the exact vote of the longest-surviving voters, and ``dropped_voters`` / ``dropped_votes``
-report how many voters and how much survival mass were left out. The averaged predictor never
-drops anything.
+The voters are an update log (:mod:`learning._voters`): for each update since the oldest kept
+voter, the columns it changed and their old values, so a voter costs O(non-zeros of its update),
+not O(dimension). Two bounds hold at once: ``max_voters`` voters and ``max_voter_bytes`` bytes of
+log (16 bytes an entry binary, 24 multiclass; 4 MiB by default, e.g. 64 voters of 4,096 non-zeros
+each, binary). Below them the
+vote is exactly Freund & Schapire's. At either bound the **oldest** voters are dropped:
+``dropped_voters`` / ``dropped_votes`` report how many voters and how much survival mass were left
+out, and the vote is then the exact vote of the newest voters. An update with more entries than
+the whole byte bound drops every voter. The averaged predictor never drops anything.
 
 Voted, prequential cost
 -----------------------
-Counting the voted predictor's prequential mistakes means a vote on every event. Voters are kept
-sorted by survival count and the vote stops as soon as the votes left cannot change its outcome,
-which on a stream the perceptron is converging on takes the live voter and one or two others. On a
-stream with persistent noise, though, survival counts stay small and alike, a vote visits about
-half the voters, and the per-event cost grows by up to ``max_voters`` dot products (measured: ~15x
-slower at d = 1000 with 5% label noise and 64 voters). So the per-event vote is a hyperparameter,
-``prequential_voted``, **off by default**: the voted predictor itself is always maintained (at a
-cost per update, not per event) and can predict at any time; only its prequential mistake count
-needs the flag. ``last`` and ``averaged`` are always counted (averaged costs one more dot product).
+Counting the voted predictor's prequential mistakes means a vote on every event: the log is walked
+back from the live weights, newest voter first, and the vote stops as soon as the votes left cannot
+change its outcome. On a stream the perceptron is converging on, the live voter's survival count
+soon decides alone; on a stream with persistent noise a vote visits most voters, O(voters x nnz)
+per event. So the per-event vote is a hyperparameter, ``prequential_voted``, **off by default**:
+the voted predictor itself is always maintained (at a cost per update, not per event) and can
+predict at any time; only its prequential mistake count needs the flag. ``last`` and ``averaged``
+are always counted (averaged costs one more dot product).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
-from learning._arrays import LinearState
+from learning import _scoring
+from learning._arrays import (
+    BINARY_ROWS_TOUCHED,
+    MULTICLASS_ROWS_TOUCHED,
+    NO_COLUMNS,
+    LinearState,
+    entry_bytes,
+)
+from learning._rows import (
+    Rows,
+    check_values,
+    fit_width,
+    learning_rows,
+    prediction_rows,
+    value_error,
+)
 from learning.encoders import MAX_ABS_FEATURE, Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
+    PREDICTOR_CODES,
     BatchResult,
     Predictor,
     PredictorName,
-    as_matrix,
-    check_matrix,
-    fit_width,
     predict_codes,
     predictor_code,
-    row_error,
 )
+from learning.sparse import CSRBatch
 
 if TYPE_CHECKING:
     _ClassifierBase = object
@@ -69,10 +92,26 @@ logger = logging.getLogger(__name__)
 
 Outputs = tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]
 """Per-event kernel outputs: (mistakes, predictions, margins)."""
+KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]
+"""The leading (indptr, indices, values, width) of every kernel call (see learning._rows)."""
 
-DEFAULT_MAX_VOTERS = 64
+
+@dataclass(frozen=True)
+class SingleEvent:
+    """Reused buffers of the single-event paths (``learn_one``, ``predict_one``)."""
+
+    indptr: NDArray[np.int64]
+    target: NDArray[np.float64]
+    outputs: Outputs
+    codes: NDArray[Any]
+    scores: NDArray[np.float64]
+
+
 IN_KERNEL_CHECK_FACTOR = 4
 NO_CHECK = 0.0
+DEFAULT_MAX_VOTERS = 64
+DEFAULT_MAX_VOTER_BYTES = 4 * 2**20
+"""4 MiB of update log: 262,144 binary entries (64 voters of 4,096 non-zeros each)."""
 
 
 class LinearLearner(_ClassifierBase):
@@ -84,6 +123,7 @@ class LinearLearner(_ClassifierBase):
     encoder: Encoder
     predictor: PredictorName
     max_voters: int
+    max_voter_bytes: int
     prequential_voted: bool
     _state: LinearState
 
@@ -92,14 +132,18 @@ class LinearLearner(_ClassifierBase):
         encoder: Encoder | None,
         predictor: PredictorName,
         max_voters: int,
+        max_voter_bytes: int,
         prequential_voted: bool,
     ) -> None:
         predictor_code(predictor)
         if max_voters < 1:
             raise ValueError(f"max_voters must be at least 1, got {max_voters}")
+        if max_voter_bytes < 0:
+            raise ValueError(f"max_voter_bytes must be at least 0, got {max_voter_bytes}")
         self.encoder = encoder if encoder is not None else VocabularyEncoder()
         self.predictor = predictor
         self.max_voters = max_voters
+        self.max_voter_bytes = max_voter_bytes
         self.prequential_voted = prequential_voted
 
     # ------------------------------------------------------------------ abstract-ish hooks
@@ -126,41 +170,49 @@ class LinearLearner(_ClassifierBase):
 
     # ------------------------------------------------------------------ learning
 
-    def learn_batch(self, X: NDArray[np.float64], y: NDArray[Any]) -> BatchResult:
+    def learn_batch(self, X: NDArray[np.float64] | CSRBatch, y: NDArray[Any]) -> BatchResult:
         """Predict-then-learn every row of X in order, in one compiled pass.
 
         Parameters
         ----------
         X
-            Encoded events x̃, shape (n, dimension) (vocabulary encoders: any width up to the
-            encoder's current dimension).
+            Encoded events x̃: a dense (n, dimension) matrix or a
+            :class:`~learning.sparse.CSRBatch` (bit-identical results on the same vectors; a
+            sparse row costs O(non-zeros)). Vocabulary encoders: any width up to the encoder's
+            current dimension.
         y
             ±1 floats (binary) or class indices (multiclass), shape (n,).
 
         A batch is all or nothing: when X or y is invalid a :class:`FeatureError` /
         ``ValueError`` names the first bad row and the learner is left exactly as it was.
         """
-        matrix = self._fit_learning_width(as_matrix(X))
-        n = matrix.shape[0]
+        rows = self._fit_learning_width(learning_rows(X, check_values_now=False))
+        n = rows.n_rows
         targets = self._check_targets(y, n)
         state = self._state
         # Checking each row inside the kernel, just before it is used, reads X from memory once;
         # keeping the batch atomic then needs a copy of the state, worth it only when X is large
         # next to the state. Otherwise X is checked up front.
-        in_kernel = n > 1 and matrix.nbytes >= IN_KERNEL_CHECK_FACTOR * state.nbytes
+        in_kernel = n > 1 and rows.values.nbytes >= IN_KERNEL_CHECK_FACTOR * state.nbytes
         if not in_kernel:
-            check_matrix(matrix)
+            check_values(rows)
         backup = state.copy() if in_kernel else None
         before = self._prequential_counts()
-        state.ensure_shape(self._rows(), matrix.shape[1])
-        state.ensure_voter_capacity(state.counter(k.N_VOTERS) + n, self.max_voters)
+        state.ensure_shape(self._rows(), rows.dimension)
+        state.ensure_log_capacity(
+            n,
+            rows.max_new_entries(self.max_voters),
+            self.max_voters,
+            min(self._max_entries, self.max_voters * max(rows.longest(), state.longest_entry())),
+        )
         outputs = self._outputs(n)
         limit = MAX_ABS_FEATURE if in_kernel else NO_CHECK
-        bad = self._run_kernel(matrix, targets, outputs, limit)
+        bad = self._run_kernel(rows.kernel_args(), targets, outputs, limit)
         if bad >= 0:
             assert backup is not None
             self._state = backup
-            raise row_error(matrix, bad)
+            entry = int(np.argmax(~(np.abs(rows.row_values(bad)) <= MAX_ABS_FEATURE)))
+            raise value_error(rows, rows.row_start(bad) + entry)
         after = self._prequential_counts()
         mistakes, predictions, margins = outputs
         return BatchResult(
@@ -171,29 +223,47 @@ class LinearLearner(_ClassifierBase):
             n_classes=self._state.counter(k.ACTIVE_CLASSES) if self.multiclass else 0,
         )
 
-    def _run_kernel(
-        self,
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        outputs: Outputs,
-        limit: float,
-    ) -> int:
-        """Run the learning kernel; ``limit`` > 0 checks rows inside it (see ``learn_batch``)."""
+    def _voter_columns(self) -> NDArray[np.float64]:
+        """Dense voter copies for the binary kernel's prequential vote when small, else empty.
+
+        Without ``prequential_voted`` nothing votes per event, so the copies are not kept up to
+        date (that would cost O(d) per update) and are dropped: predictions rebuild them.
+        """
+        if self.multiclass or not self.prequential_voted:
+            self._state.voter_columns = NO_COLUMNS
+            return NO_COLUMNS
+        return self._state.voter_columns_for(self.max_voters)
+
+    @property
+    def _max_entries(self) -> int:
+        """Update-log entries the ``max_voter_bytes`` bound allows."""
+        touched = MULTICLASS_ROWS_TOUCHED if self.multiclass else BINARY_ROWS_TOUCHED
+        return self.max_voter_bytes // entry_bytes(touched)
+
+    def _run_kernel(self, rows: KernelArgs, y: NDArray[Any], outputs: Outputs, limit: float) -> int:
+        """Run the learning kernel (state sized beforehand); ``limit`` > 0 checks rows inside it.
+
+        Returns the first bad row (the kernel stopped there) or -1.
+        """
         state = self._state
         mistakes, predictions, margins = outputs
         return self._learning_kernel(
-            X,
+            *rows,
             y,
             state.weights,
             state.weight_sums,
-            state.born,
             state.row_sq,
-            state.voters,
-            state.voter_counts,
-            state.voter_order,
+            state.log_counts,
+            state.log_rows,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
             state.counters,
             state.rng,
+            self._voter_columns(),
             self.max_voters,
+            self._max_entries,
             self.prequential_voted,
             limit,
             mistakes,
@@ -201,11 +271,16 @@ class LinearLearner(_ClassifierBase):
             margins,
         )
 
-    def _fit_learning_width(self, matrix: NDArray[np.float64]) -> NDArray[np.float64]:
-        width = matrix.shape[1]
+    def _fit_learning_width(self, rows: Rows) -> Rows:
+        """Apply the width rules: exact, or (vocabularies) up to the encoder's dimension.
+
+        A narrower dense matrix is padded; a narrower CSR batch needs nothing; a wider one (still
+        within the encoder) makes the weights grow.
+        """
+        width = rows.dimension
         dimension = self._state.dimension
         if width == dimension:
-            return matrix
+            return rows
         if not self.encoder.growable:
             raise FeatureError(
                 "wrong_dimension", f"expected vectors of dimension {dimension}, got {width}"
@@ -216,9 +291,10 @@ class LinearLearner(_ClassifierBase):
                 f"X has {width} columns but the encoder knows only {self.encoder.dimension}; "
                 "encode events with this learner's encoder (grow=True when learning)",
             )
-        if width > dimension:
-            return matrix
-        return fit_width(matrix, dimension, growable=True)
+        if width > dimension or rows.width == 0:
+            return rows
+        matrix = rows.values.reshape(rows.n_rows, width)
+        return Rows.dense(fit_width(matrix, dimension, growable=True))
 
     def learn_one(self, x: Any, y: Hashable) -> bool:
         """Predict-then-learn one event (river style); True when it was a mistake (an update).
@@ -226,6 +302,9 @@ class LinearLearner(_ClassifierBase):
         Nothing changes when the label or the features are invalid.
         """
         self._validate_label(y)
+        if getattr(self.encoder, "sparse", False):
+            indices, values = self.encoder.encode_sparse(x, grow=True)  # type: ignore[attr-defined]
+            return self._learn_sparse(indices, values, self.encode_labels([y], grow=True))
         vector = self.encoder.encode(x, grow=True)
         code = self.encode_labels([y], grow=True)
         return self._learn_vector(vector, code)
@@ -234,23 +313,75 @@ class LinearLearner(_ClassifierBase):
         """The single-event path: same kernel as learn_batch, minus the batch bookkeeping."""
         if not getattr(self.encoder, "validated_output", False):
             return bool(self.learn_batch(vector[None, :], code).mistakes[0])
+        rows = Rows.dense(vector[None, :])
+        if vector.shape[0] != self._state.dimension or self._state.rows != self._rows():
+            rows = self._fit_learning_width(rows)
+            self._state.ensure_shape(self._rows(), rows.dimension)
+        return self._learn_single(rows.kernel_args(), vector.shape[0], code)
+
+    def _learn_sparse(
+        self, indices: NDArray[np.int64], values: NDArray[np.float64], code: NDArray[Any]
+    ) -> bool:
+        """One sparse event (sorted columns, values) through the CSR kernel: O(nnz), no dense row.
+
+        The lean path of ``learn_one``: unless the encoder vouches for its output
+        (``validated_output``) the event goes through ``learn_batch``'s checks.
+        """
+        encoder = self.encoder
+        dimension = encoder.dimension
+        single = self._single()
+        single.indptr[1] = values.shape[0]
+        if not getattr(encoder, "validated_output", False):
+            batch = CSRBatch(single.indptr.copy(), indices, values, dimension)
+            return bool(self.learn_batch(batch, code).mistakes[0])
         state = self._state
-        row = vector[None, :]
-        if vector.shape[0] != state.weights.shape[1] or state.weights.shape[0] != self._rows():
-            row = self._fit_learning_width(row)
-            state.ensure_shape(self._rows(), row.shape[1])
-        if state.voter_counts.shape[0] < self.max_voters:
-            state.ensure_voter_capacity(state.counter(k.N_VOTERS) + 1, self.max_voters)
-        outputs = self._single_outputs()
-        self._run_kernel(row, code, outputs, NO_CHECK)
+        if dimension > state.weights.shape[1] or state.weights.shape[0] != self._rows():
+            state.ensure_shape(self._rows(), dimension)
+        return self._learn_single((single.indptr, indices, values, 0), values.shape[0], code)
+
+    def _learn_single(self, rows: KernelArgs, entries: int, code: NDArray[Any]) -> bool:
+        state = self._state
+        max_entries = self._max_entries
+        if state.needs_log_room(entries, self.max_voters, max_entries):
+            state.ensure_log_capacity(1, entries, self.max_voters, max_entries)
+        outputs = self._single().outputs
+        self._learning_kernel(
+            *rows,
+            code,
+            state.weights,
+            state.weight_sums,
+            state.row_sq,
+            state.log_counts,
+            state.log_rows,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
+            state.counters,
+            state.rng,
+            self._voter_columns(),
+            self.max_voters,
+            max_entries,
+            self.prequential_voted,
+            NO_CHECK,
+            *outputs,
+        )
         return bool(outputs[0][0])
 
-    def _single_outputs(self) -> Outputs:
-        outputs = getattr(self, "_outputs_of_one", None)
-        if outputs is None:
-            outputs = self._outputs(1)
-            self._outputs_of_one = outputs
-        return outputs
+    def _single(self) -> SingleEvent:
+        """Buffers reused by every single-event call (they hold nothing between calls)."""
+        single: SingleEvent | None = self.__dict__.get("_single_event")
+        if single is None:
+            codes = np.empty(1, dtype=np.int64 if self.multiclass else np.float64)
+            single = SingleEvent(
+                indptr=np.zeros(2, dtype=np.int64),
+                target=np.empty(1),
+                outputs=self._outputs(1),
+                codes=codes,
+                scores=np.empty((1, self._rows()) if self.multiclass else 1),
+            )
+            self.__dict__["_single_event"] = single
+        return single
 
     def _outputs(self, n: int) -> Outputs:
         prediction_type = np.int64 if self.multiclass else np.float64
@@ -264,20 +395,60 @@ class LinearLearner(_ClassifierBase):
 
     def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
         """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
-        row = self.encoder.encode(x)[None, :]
-        if not getattr(self.encoder, "validated_output", False):
-            row = check_matrix(row)
-        row = fit_width(row, self._state.dimension, self.encoder.growable)
-        codes, _ = predict_codes(self._state, row, predictor_code(self.predictor), self.multiclass)
+        encoder = self.encoder
+        validated = getattr(encoder, "validated_output", False)
+        dimension = self._state.dimension
+        if getattr(encoder, "sparse", False):
+            indices, values = encoder.encode_sparse(x, grow=False)  # type: ignore[attr-defined]
+            if validated and encoder.dimension <= dimension and not self.multiclass:
+                return self._predict_sparse_one(indices, values)
+            indptr = np.array([0, values.shape[0]], dtype=np.int64)
+            batch = CSRBatch(indptr, indices, values, encoder.dimension)
+            rows = prediction_rows(batch, dimension, encoder.growable)
+        else:
+            row = encoder.encode(x)[None, :]
+            if validated and row.shape[1] == dimension:
+                rows = Rows.dense(row)
+            else:
+                rows = prediction_rows(row, dimension, encoder.growable)
+        codes, _ = predict_codes(self._state, rows, predictor_code(self.predictor), self.multiclass)
         return self._decode(codes.tolist()[0])
 
+    def _predict_sparse_one(
+        self, indices: NDArray[np.int64], values: NDArray[np.float64]
+    ) -> Hashable:
+        """The lean binary path of ``predict_one`` for one checked sparse event."""
+        state = self._state
+        single = self._single()
+        single.indptr[1] = values.shape[0]
+        _scoring.predict_binary(
+            single.indptr,
+            indices,
+            values,
+            0,
+            1,
+            state.weights,
+            state.weight_sums,
+            state.log_counts,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
+            state.counters,
+            state.voter_columns,
+            PREDICTOR_CODES[self.predictor],
+            single.codes,
+            single.scores,
+        )
+        return self._decode(float(single.codes[0]))
+
     def predict_batch(
-        self, X: NDArray[np.float64], predictor: PredictorName | None = None
+        self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None
     ) -> tuple[list[Hashable], NDArray[np.float64]]:
-        """(labels, scores) for encoded rows, as :meth:`Predictor.predict_batch` (no learning)."""
+        """(labels, scores) for encoded rows (dense or CSR), as :meth:`Predictor.predict_batch`."""
         which = predictor_code(predictor or self.predictor)
-        matrix = fit_width(check_matrix(X), self._state.dimension, self.encoder.growable)
-        codes, scores = predict_codes(self._state, matrix, which, self.multiclass)
+        rows = prediction_rows(X, self._state.dimension, self.encoder.growable)
+        codes, scores = predict_codes(self._state, rows, which, self.multiclass)
         return self.decode_labels(codes), scores
 
     def snapshot(self) -> Predictor:
@@ -335,7 +506,7 @@ class LinearLearner(_ClassifierBase):
 
     @property
     def dropped_voters(self) -> int:
-        """Voters dropped at the ``max_voters`` bound (0 means the vote is exact)."""
+        """Voters dropped at the ``max_voters`` / ``max_voter_bytes`` bounds (0: an exact vote)."""
         return self._state.counter(k.DROPPED_VOTERS)
 
     @property
@@ -345,7 +516,7 @@ class LinearLearner(_ClassifierBase):
 
     @property
     def voters(self) -> list[tuple[int, NDArray[np.float64]]]:
-        """Kept finished voters (survival count, weights), largest count first."""
+        """Kept finished voters (survival count, weights), oldest first (rebuilt: O(voters x d))."""
         return self._state.voter_list()
 
     # ------------------------------------------------------------------ persistence
@@ -354,6 +525,7 @@ class LinearLearner(_ClassifierBase):
         return {
             "predictor": self.predictor,
             "max_voters": self.max_voters,
+            "max_voter_bytes": self.max_voter_bytes,
             "prequential_voted": self.prequential_voted,
         }
 

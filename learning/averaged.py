@@ -6,7 +6,7 @@ perceptron, so the two learn bit-identical weights; only the default predictor d
 
 from __future__ import annotations
 
-from learning._base import DEFAULT_MAX_VOTERS
+from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS
 from learning.encoders import Encoder
 from learning.labels import LabelMap
 from learning.perceptron import Perceptron
@@ -34,6 +34,7 @@ class AveragedPerceptron(Perceptron):
         encoder: Encoder | None = None,
         predictor: PredictorName = "averaged",
         max_voters: int = DEFAULT_MAX_VOTERS,
+        max_voter_bytes: int = DEFAULT_MAX_VOTER_BYTES,
         prequential_voted: bool = False,
     ) -> None:
         super().__init__(
@@ -41,5 +42,6 @@ class AveragedPerceptron(Perceptron):
             encoder=encoder,
             predictor=predictor,
             max_voters=max_voters,
+            max_voter_bytes=max_voter_bytes,
             prequential_voted=prequential_voted,
         )

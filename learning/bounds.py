@@ -49,8 +49,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from learning import _kernels as k
+from learning import _scoring
+from learning._rows import learning_rows
 from learning.errors import StateError
-from learning.predictor import BatchResult, check_matrix
+from learning.predictor import BatchResult
+from learning.sparse import CSRBatch
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +251,7 @@ class BoundTracker:
 
     def observe_batch(
         self,
-        X: NDArray[np.float64],
+        X: NDArray[np.float64] | CSRBatch,
         y: NDArray[Any],
         mistakes: NDArray[np.bool_] | BatchResult,
         *,
@@ -260,7 +263,8 @@ class BoundTracker:
         Parameters
         ----------
         X, y
-            The batch given to ``learn_batch``.
+            The batch given to ``learn_batch`` (dense or CSR: the same statuses on the same
+            vectors; ‖x̃‖ and the reference margins cost O(non-zeros) per sparse row).
         mistakes
             ``BatchResult.mistakes`` — or the :class:`BatchResult` itself, which also supplies
             the model margins and (multiclass) the learner's class count.
@@ -273,21 +277,18 @@ class BoundTracker:
             model_margins = mistakes.margins if model_margins is None else model_margins
             n_classes = mistakes.n_classes if n_classes is None else n_classes
             mistakes = mistakes.mistakes
-        matrix = check_matrix(X)
-        n = matrix.shape[0]
+        rows = learning_rows(X)
+        n = rows.n_rows
         flags = np.ascontiguousarray(mistakes, dtype=np.bool_)
         if flags.shape != (n,):
             raise ValueError(f"mistakes must have shape ({n},), got {flags.shape}")
         targets = self._targets(y, n, n_classes)
-        stack = self._stack
-        if stack.shape[2] < matrix.shape[1] and len(self.references):
-            stack = self._widen(matrix.shape[1])
         before = self._violation_event.copy()
-        k.observe(
-            matrix,
+        _scoring.observe(
+            *rows.kernel_args(),
             targets,
             flags,
-            stack,
+            self._stack,
             self._n_classes,
             KESLER_FACTOR if self.multiclass else 1.0,
             self.gamma_grid,
@@ -303,12 +304,6 @@ class BoundTracker:
         self._report_new_violations(before)
         if model_margins is not None:
             self._remember_margins(np.asarray(model_margins, dtype=np.float64))
-
-    def _widen(self, width: int) -> NDArray[np.float64]:
-        widened = np.zeros((self._stack.shape[0], self._stack.shape[1], width))
-        widened[:, :, : self._stack.shape[2]] = self._stack
-        self._stack = widened
-        return widened
 
     def _targets(self, y: object, n: int, n_classes: int | None) -> NDArray[np.float64]:
         raw = np.asarray(y)
@@ -371,7 +366,7 @@ class BoundTracker:
         return [self._status(r, radius, effective) for r in range(len(self.references))]
 
     def _status(self, r: int, radius: float, effective: float) -> BoundStatus:
-        bound, index, k_at = k.grid_bound(self._histograms[r], self.gamma_grid, effective)
+        bound, index, k_at = _scoring.grid_bound(self._histograms[r], self.gamma_grid, effective)
         min_margin = float(self._min_margins[r])
         seen = self.seen
         novikoff = None

@@ -17,8 +17,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning import _learn
 from learning._arrays import LinearState
-from learning._base import DEFAULT_MAX_VOTERS, LinearLearner
+from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
 from learning.errors import LabelError
 from learning.labels import ClassIndex
@@ -42,6 +43,8 @@ class MulticlassPerceptron(LinearLearner):
         Which predictor ``predict_one`` uses: ``"last"``, ``"averaged"`` or ``"voted"``.
     max_voters
         Bound on the finished voters kept for the voted predictor.
+    max_voter_bytes
+        Bound on the bytes of the voters' update log (default 4 MiB; see :mod:`learning._base`).
     prequential_voted
         Also count the voted predictor's prequential mistakes. Off by default: it costs a vote
         per event (see :mod:`learning._base`); the voted predictor is maintained either way.
@@ -65,7 +68,7 @@ class MulticlassPerceptron(LinearLearner):
     """
 
     multiclass = True
-    _learning_kernel = staticmethod(k.learn_multiclass)
+    _learning_kernel = staticmethod(_learn.learn_multiclass)
 
     def __init__(
         self,
@@ -74,10 +77,11 @@ class MulticlassPerceptron(LinearLearner):
         encoder: Encoder | None = None,
         predictor: PredictorName = "last",
         max_voters: int = DEFAULT_MAX_VOTERS,
+        max_voter_bytes: int = DEFAULT_MAX_VOTER_BYTES,
         prequential_voted: bool = False,
         seed: int = 0,
     ) -> None:
-        self._init_common(encoder, predictor, max_voters, prequential_voted)
+        self._init_common(encoder, predictor, max_voters, max_voter_bytes, prequential_voted)
         if not 0 <= seed <= MAX_SEED:
             raise ValueError(f"seed must be in 0 .. 2**64 - 1, got {seed}")
         self.classes = classes

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from learning import _kernels as k
-from learning._arrays import LinearState
-from learning._base import DEFAULT_MAX_VOTERS, LinearLearner
+from learning import _learn
+from learning._arrays import BINARY_ROWS_TOUCHED, LinearState
+from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
 from learning.labels import LabelMap
 from learning.predictor import PredictorName
@@ -43,6 +43,8 @@ class Perceptron(LinearLearner):
         Which predictor ``predict_one`` uses: ``"last"``, ``"averaged"`` or ``"voted"``.
     max_voters
         Bound on the finished voters kept for the voted predictor (see :mod:`learning._base`).
+    max_voter_bytes
+        Bound on the bytes of the voters' update log (default 4 MiB; see :mod:`learning._base`).
     prequential_voted
         Also count the voted predictor's prequential mistakes. Off by default: it costs a vote
         per event (see :mod:`learning._base`); the voted predictor is maintained either way.
@@ -61,7 +63,7 @@ class Perceptron(LinearLearner):
     ([0.0, -2.25], 2)
     """
 
-    _learning_kernel = staticmethod(k.learn_binary)
+    _learning_kernel = staticmethod(_learn.learn_binary)
 
     def __init__(
         self,
@@ -70,11 +72,14 @@ class Perceptron(LinearLearner):
         encoder: Encoder | None = None,
         predictor: PredictorName = "last",
         max_voters: int = DEFAULT_MAX_VOTERS,
+        max_voter_bytes: int = DEFAULT_MAX_VOTER_BYTES,
         prequential_voted: bool = False,
     ) -> None:
-        self._init_common(encoder, predictor, max_voters, prequential_voted)
+        self._init_common(encoder, predictor, max_voters, max_voter_bytes, prequential_voted)
         self.label_map = label_map if label_map is not None else LabelMap.boolean()
-        self._state = LinearState(BINARY_ROWS, self.encoder.dimension)
+        self._state = LinearState(
+            BINARY_ROWS, self.encoder.dimension, touched_rows=BINARY_ROWS_TOUCHED
+        )
 
     def _rows(self) -> int:
         return BINARY_ROWS
@@ -84,8 +89,13 @@ class Perceptron(LinearLearner):
 
         Nothing changes when the label or the features are invalid.
         """
-        target = np.array([self.label_map.encode(y)])
-        return self._learn_vector(self.encoder.encode(x, grow=True), target)
+        target = self._single().target
+        target[0] = self.label_map.encode(y)
+        encoder = self.encoder
+        if getattr(encoder, "sparse", False):
+            indices, values = encoder.encode_sparse(x, grow=True)  # type: ignore[attr-defined]
+            return self._learn_sparse(indices, values, target)
+        return self._learn_vector(encoder.encode(x, grow=True), target)
 
     def _check_targets(self, y: object, n: int) -> NDArray[np.float64]:
         targets = np.ascontiguousarray(np.asarray(y, dtype=np.float64))
@@ -123,7 +133,7 @@ class Perceptron(LinearLearner):
 
     @property
     def voters(self) -> list[tuple[int, NDArray[np.float64]]]:
-        """Kept finished voters (survival count, weights), largest count first."""
+        """Kept finished voters (survival count, weights), oldest first."""
         return [(count, weights[0]) for count, weights in self._state.voter_list()]
 
     @property

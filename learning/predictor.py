@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -12,9 +11,29 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning import _scoring
 from learning._arrays import LinearState
-from learning.encoders import MAX_ABS_FEATURE
-from learning.errors import FeatureError
+from learning._rows import (
+    Rows,
+    as_matrix,
+    check_matrix,
+    fit_width,
+    prediction_rows,
+    row_error,
+)
+from learning.sparse import CSRBatch
+
+__all__ = [
+    "BatchResult",
+    "Predictor",
+    "PredictorName",
+    "as_matrix",
+    "check_matrix",
+    "fit_width",
+    "predict_codes",
+    "predictor_code",
+    "row_error",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,82 +83,29 @@ class BatchResult:
         return int(self.mistakes.sum())
 
 
-def fit_width(X: NDArray[np.float64], dimension: int, growable: bool) -> NDArray[np.float64]:
-    """Match X's width to a model's: exact, or (growable vocabularies only) pad/truncate.
-
-    A vocabulary only appends coordinates, so a narrower X lacks only features that were absent
-    (zero) and a wider X has features the model has never learned (zero weights): both are exact.
-    """
-    width = X.shape[1]
-    if width == dimension:
-        return X
-    if not growable:
-        raise FeatureError(
-            "wrong_dimension", f"expected vectors of dimension {dimension}, got {width}"
-        )
-    if width > dimension:
-        return np.ascontiguousarray(X[:, :dimension])
-    padded = np.zeros((X.shape[0], dimension))
-    padded[:, :width] = X
-    return padded
-
-
-def as_matrix(X: object) -> NDArray[np.float64]:
-    """X as a C-contiguous 2-D float64 array (values not checked), or a :class:`FeatureError`."""
-    array = np.asarray(X)
-    if array.ndim != 2:
-        raise FeatureError("wrong_dimension", f"expected a 2-D array, got shape {array.shape}")
-    if array.dtype.kind == "b":
-        raise FeatureError("boolean_feature", "X is a boolean array; send 1.0 or 0.0")
-    if array.dtype.kind not in "fiu":
-        raise FeatureError("non_numeric", f"X has dtype {array.dtype}, not a number type")
-    return np.ascontiguousarray(array, dtype=np.float64)
-
-
-def row_error(matrix: NDArray[np.float64], index: int) -> FeatureError:
-    """The error for row ``index``, which has a non-finite or too large value."""
-    row = matrix[index]
-    column = int(np.argmax(~(np.abs(row) <= MAX_ABS_FEATURE)))
-    value = float(row[column])
-    if math.isfinite(value):
-        return FeatureError(
-            "too_large", f"x̃[{column}] = {value!r} is beyond ±{MAX_ABS_FEATURE:g}", index=index
-        )
-    return FeatureError("non_finite", f"x̃[{column}] is {value!r}", index=index)
-
-
-def check_matrix(X: object) -> NDArray[np.float64]:
-    """X as a C-contiguous float64 matrix of finite values within ±MAX_ABS_FEATURE.
-
-    Raises :class:`FeatureError` (``non_finite`` / ``too_large`` with the row index) otherwise.
-    """
-    matrix = as_matrix(X)
-    bad = k.first_invalid_row(matrix, MAX_ABS_FEATURE)
-    if bad >= 0:
-        raise row_error(matrix, bad)
-    return matrix
-
-
 def predict_codes(
     state: LinearState,
-    X: NDArray[np.float64],
+    rows: Rows,
     which: int,
     multiclass: bool,
 ) -> tuple[NDArray[np.float64] | NDArray[np.int64], NDArray[np.float64]]:
-    """Run the prediction kernel: codes (±1 or class indices) and scores."""
-    n = X.shape[0]
+    """Run the prediction kernel on checked rows: codes (±1 or class indices) and scores."""
+    n = rows.n_rows
     if not multiclass:
         codes = np.empty(n)
         scores = np.empty(n)
-        k.predict_binary(
-            X,
+        _scoring.predict_binary(
+            *rows.kernel_args(),
+            n,
             state.weights,
             state.weight_sums,
-            state.born,
-            state.voters,
-            state.voter_counts,
-            state.voter_order,
+            state.log_counts,
+            state.log_start,
+            state.log_len,
+            state.log_cols,
+            state.log_old,
             state.counters,
+            state.voter_columns,
             which,
             codes,
             scores,
@@ -149,14 +115,17 @@ def predict_codes(
     class_scores = np.zeros((n, state.rows))
     if state.counter(k.ACTIVE_CLASSES) == 0 or n == 0:
         return class_codes, class_scores
-    k.predict_multiclass(
-        X,
+    _scoring.predict_multiclass(
+        *rows.kernel_args(),
+        n,
         state.weights,
         state.weight_sums,
-        state.born,
-        state.voters,
-        state.voter_counts,
-        state.voter_order,
+        state.log_counts,
+        state.log_rows,
+        state.log_start,
+        state.log_len,
+        state.log_cols,
+        state.log_old,
         state.counters,
         state.rng[0],
         which,
@@ -219,21 +188,22 @@ class Predictor:
         return averaged if self.multiclass else averaged[0]
 
     def predict_codes(
-        self, X: NDArray[np.float64], predictor: PredictorName | None = None
+        self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None
     ) -> tuple[NDArray[np.float64] | NDArray[np.int64], NDArray[np.float64]]:
         """(codes, scores): ±1 (binary) or class indices (-1 with no class yet), and scores.
 
-        Scores are w·x̃ (``last``), w̄·x̃ (``averaged``) or the survival-weighted vote share
-        (``voted``); per class for multiclass, shape (n, classes).
+        X is a dense matrix or a :class:`~learning.sparse.CSRBatch` (same results on the same
+        vectors). Scores are w·x̃ (``last``), w̄·x̃ (``averaged``) or the survival-weighted vote
+        share (``voted``); per class for multiclass, shape (n, classes).
         """
         which = predictor_code(predictor or self.default_predictor)
-        matrix = fit_width(check_matrix(X), self.dimension, self.growable)
-        return predict_codes(self._state, matrix, which, self.multiclass)
+        rows = prediction_rows(X, self.dimension, self.growable)
+        return predict_codes(self._state, rows, which, self.multiclass)
 
     def predict_batch(
-        self, X: NDArray[np.float64], predictor: PredictorName | None = None
+        self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None
     ) -> tuple[list[Hashable], NDArray[np.float64]]:
-        """(labels, scores) for the rows of X (encoded x̃).
+        """(labels, scores) for the rows of X (encoded x̃, dense or CSR).
 
         Examples
         --------

@@ -10,7 +10,11 @@ Layout of a state blob (all integers little-endian)::
     sha256                      32-byte digest of everything before it
 
 Arrays are stored as their raw little-endian bytes, so a round trip is bit-exact (weights,
-averaging sums, voters, counters, the generator state); metadata (hyperparameters, labels,
+averaging sums, the voters' update log, counters, the generator state). The learner's arrays are
+sparse (format version 2): only the coordinates learning has touched (flat indices into the
+weights, with their weight, averaging sum and birth time) and the voters' update log, so a state
+grows with updates x non-zeros, not with the dimension; version 1 (dense) blobs are refused with
+a :class:`~learning.errors.StateError` saying so. Metadata (hyperparameters, labels,
 vocabulary) is JSON. The form is canonical: two learners in the same state give the same bytes,
 whatever batch sizes brought them there. Loading verifies magic, version and checksum before
 parsing anything, then checks every array's dtype and shape against the manifest and the model's
@@ -30,6 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from learning import _kernels as k
 from learning._arrays import LinearState
 from learning._base import LinearLearner
 from learning.averaged import AveragedPerceptron
@@ -44,7 +49,9 @@ from learning.voted import VotedPerceptron
 logger = logging.getLogger(__name__)
 
 MAGIC = b"NOVIKOFF"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+OLD_DENSE_VERSION = 1
+"""Version 1 stored dense weights and dense voter copies; it is refused (see load_state)."""
 PREAMBLE = struct.Struct("<8sIQ")
 DIGEST_SIZE = hashlib.sha256().digest_size
 ALIGNMENT = 8
@@ -123,7 +130,7 @@ def _learner_from(meta: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -
     else:
         binary = BINARY_KINDS[kind]
         learner = binary(LabelMap.from_state(meta["label_map"]), encoder=encoder, **params)
-    state = LinearState.from_arrays(arrays)
+    state = LinearState.from_sparse_arrays(arrays)
     expected_rows = learner._rows()
     if state.rows != expected_rows:
         raise StateError(f"weights have {state.rows} rows for {expected_rows} classes")
@@ -131,8 +138,12 @@ def _learner_from(meta: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -
         raise StateError(
             f"weights cover {state.dimension} coordinates, the encoder only {encoder.dimension}"
         )
-    if state.voters.shape[0] > learner.max_voters:
-        raise StateError(f"{state.voters.shape[0]} voter slots exceed max_voters")
+    if state.touched_rows != learner._state.touched_rows:
+        raise StateError(f"voter log of {state.touched_rows} rows for a {kind}")
+    if state.counter(k.N_VOTERS) > learner.max_voters:
+        raise StateError(f"{state.counter(k.N_VOTERS)} voters exceed max_voters")
+    if state.log_cols.shape[0] > learner._max_entries:
+        raise StateError(f"{state.log_cols.shape[0]} voter log entries exceed max_voter_bytes")
     learner._state = state
     return learner
 
@@ -190,11 +201,9 @@ def dump_state(
     >>> learner.weights.tolist(), tracker, extra
     ([1.0, 1.0], None, {'offset': 7})
     """
-    # Canonical form: only the kept voters, in vote order, so equal models give equal bytes
-    # whatever batch sizes they were trained with.
-    groups: dict[str, Mapping[str, NDArray[Any]]] = {
-        "learner": learner._state.compact_copy().arrays()
-    }
+    # Canonical form: the touched coordinates only and the voters' log oldest first, so equal
+    # models give equal bytes whatever batch sizes they were trained with.
+    groups: dict[str, Mapping[str, NDArray[Any]]] = {"learner": learner._state.sparse_arrays()}
     tracker_meta = None
     if tracker is not None:
         tracker_meta, tracker_arrays = tracker.to_state()
@@ -223,6 +232,11 @@ def _verified_header(blob: bytes) -> tuple[dict[str, Any], memoryview]:
     magic, version, header_length = PREAMBLE.unpack_from(data)
     if magic != MAGIC:
         raise StateError("not a novikoff state (bad magic bytes)")
+    if version == OLD_DENSE_VERSION:
+        raise StateError(
+            f"state format version {version} (dense weights and voter copies) is no longer read; "
+            f"this build reads version {FORMAT_VERSION} (sparse): retrain, or replay the stream"
+        )
     if version != FORMAT_VERSION:
         raise StateError(
             f"unsupported state format version {version}; this build reads {FORMAT_VERSION}"

@@ -1,12 +1,13 @@
 """The voted perceptron of Freund & Schapire: survival-weighted vote of past weight vectors.
 
-It is the binary perceptron answering with its vote by default. The voters are bounded by
-``max_voters`` (see :class:`~learning._base.LinearLearner`): below the bound the vote is exact.
+It is the binary perceptron answering with its vote by default. The voters are an update log
+bounded by ``max_voters`` and ``max_voter_bytes`` (see :mod:`learning._base`): below the bounds
+the vote is exact; at them the oldest voters are dropped.
 """
 
 from __future__ import annotations
 
-from learning._base import DEFAULT_MAX_VOTERS
+from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS
 from learning.encoders import Encoder
 from learning.labels import LabelMap
 from learning.perceptron import Perceptron
@@ -36,6 +37,7 @@ class VotedPerceptron(Perceptron):
         encoder: Encoder | None = None,
         predictor: PredictorName = "voted",
         max_voters: int = DEFAULT_MAX_VOTERS,
+        max_voter_bytes: int = DEFAULT_MAX_VOTER_BYTES,
         prequential_voted: bool = False,
     ) -> None:
         super().__init__(
@@ -43,5 +45,6 @@ class VotedPerceptron(Perceptron):
             encoder=encoder,
             predictor=predictor,
             max_voters=max_voters,
+            max_voter_bytes=max_voter_bytes,
             prequential_voted=prequential_voted,
         )

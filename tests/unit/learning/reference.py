@@ -108,3 +108,104 @@ def bound_at(radius: float, margins: list[float], grid: NDArray[np.float64]) -> 
     k = (np.asarray(margins)[:, None] < grid[None, :]).sum(axis=0)
     q = radius / grid
     return float(np.min(q * q + k * (1.0 + 2.0 * q)))
+
+
+@dataclass
+class VotedTrace:
+    """Per-event voted predictions and the voters kept at the end (oldest first)."""
+
+    predictions: list[int]
+    voters: list[tuple[int, NDArray[np.float64]]]
+    dropped_voters: int
+    dropped_votes: int
+
+
+@dataclass
+class _Voters:
+    """Dense copies of past weights with their survival counts and log sizes, oldest first."""
+
+    max_voters: int
+    max_entries: int
+    kept: list[tuple[NDArray[np.float64], int, int]] = field(default_factory=list)
+    dropped_voters: int = 0
+    dropped_votes: int = 0
+
+    def add(self, weights: NDArray[np.float64], count: int, entries: int) -> None:
+        """Keep a finished voter, dropping the oldest ones at the bound (as documented)."""
+        if count <= 0:
+            return
+        if entries > self.max_entries:
+            self.dropped_voters += len(self.kept) + 1
+            self.dropped_votes += sum(c for _, c, _ in self.kept) + count
+            self.kept = []
+            return
+        while len(self.kept) >= self.max_voters or (
+            sum(e for _, _, e in self.kept) + entries > self.max_entries
+        ):
+            _, oldest, _ = self.kept.pop(0)
+            self.dropped_voters += 1
+            self.dropped_votes += oldest
+        self.kept.append((weights.copy(), count, entries))
+
+
+def bounded_voted_binary(
+    X: NDArray[np.float64], y: NDArray[np.float64], max_voters: int, max_entries: int
+) -> VotedTrace:
+    """The voted perceptron with every kept voter a dense copy, voting in full every event."""
+    w = np.zeros(X.shape[1])
+    born = 0
+    voters = _Voters(max_voters, max_entries)
+    predictions = []
+    for t, (x, target) in enumerate(zip(X, y, strict=True)):
+        live = t - born
+        score = float(w @ x)
+        vote = sign(score) * live + sum(c * sign(float(v @ x)) for v, c, _ in voters.kept)
+        predictions.append(sign(vote))
+        if target * score <= 0:
+            voters.add(w, live, int(np.count_nonzero(x)))
+            w = w + target * x
+            born = t
+    return VotedTrace(
+        predictions,
+        [(c, v) for v, c, _ in voters.kept],
+        voters.dropped_voters,
+        voters.dropped_votes,
+    )
+
+
+def bounded_voted_multiclass(
+    X: NDArray[np.float64],
+    y: NDArray[np.int64],
+    n_classes: int,
+    seed: int,
+    max_voters: int,
+    max_entries: int,
+) -> VotedTrace:
+    """Multiclass voted perceptron: each voter votes for its argmax (ties by the next draw)."""
+    W = np.zeros((n_classes, X.shape[1]))
+    state = seed
+    born = 0
+    voters = _Voters(max_voters, max_entries)
+    predictions = []
+    for t, (x, target) in enumerate(zip(X, y.tolist(), strict=True)):
+        live = t - born
+        predicted, tied = argmax_with_tie([float(row @ x) for row in W], state)
+        votes = [0] * n_classes
+        votes[predicted] += live
+        for V, count, _ in voters.kept:
+            choice, _ = argmax_with_tie([float(row @ x) for row in V], state)
+            votes[choice] += count
+        predictions.append(argmax_with_tie([float(v) for v in votes], state)[0])
+        if tied:
+            state = _rng.advance(state)
+        if predicted != target:
+            voters.add(W, live, int(np.count_nonzero(x)))
+            W[target] += x
+            W[predicted] -= x
+            born = t
+    return VotedTrace(
+        predictions,
+        [(c, V) for V, c, _ in voters.kept],
+        voters.dropped_voters,
+        voters.dropped_votes,
+    )

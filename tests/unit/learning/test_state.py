@@ -126,7 +126,10 @@ def test_refuses_wrong_magic_version_checksum_and_truncation() -> None:
         load_state(b"PICKLE!!" + blob[8:])
     other = bytearray(blob)
     struct.pack_into("<I", other, 8, FORMAT_VERSION + 1)
-    with pytest.raises(StateError, match="version 2"):
+    with pytest.raises(StateError, match=f"version {FORMAT_VERSION + 1}"):
+        load_state(bytes(other))
+    struct.pack_into("<I", other, 8, 1)
+    with pytest.raises(StateError, match=r"version 1 \(dense weights.* is no longer read"):
         load_state(bytes(other))
     flipped = bytearray(blob)
     flipped[len(blob) // 2] ^= 0x01
@@ -146,13 +149,15 @@ def test_refuses_consistent_looking_state_with_wrong_shapes() -> None:
     def bad_shape(header: dict) -> None:
         for entry in header["arrays"]:
             if entry["name"] == "weight_sums":
-                entry["shape"] = [entry["shape"][1], entry["shape"][0]]
+                entry["shape"] = [1, *entry["shape"]]
 
     with pytest.raises(StateError, match="weight_sums"):
         load_state(corrupt(blob, bad_shape))
 
     def bad_dtype(header: dict) -> None:
-        header["arrays"][0]["dtype"] = "<i8"
+        for entry in header["arrays"]:
+            if entry["name"] == "weights":
+                entry["dtype"] = "<i8"
 
     with pytest.raises(StateError, match="dtype"):
         load_state(corrupt(blob, bad_dtype))
