@@ -50,12 +50,14 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from consumers._csr import empty_batch, stack, take
 from consumers._fastjson import LabelTable, parse_dense
 from consumers._scan import count_markers, count_markers_each, count_text_markers, nesting_depth
 from consumers.timestamps import all_valid_text_timestamps, valid_timestamp
-from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder
+from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder, SparseEncoder
 from learning.errors import FEATURE_ERROR_CODES, FeatureError
 from learning.labels import ClassIndex, LabelMap
+from learning.sparse import CSRBatch
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +102,11 @@ MAX_DOUBLE_DIGITS = 309
 MAX_NESTING_DEPTH = 32
 MAX_MESSAGE_CHARS = 300
 MAX_MATRIX_ELEMENTS = 8_000_000
-"""Upper bound on rows times dimension of one decoded matrix (64 MB of float64)."""
+"""Upper bound on rows times dimension of one decoded dense matrix (64 MB of float64), and on
+rows times the per-event feature bound of one sparse batch."""
+
+Matrix = NDArray[np.float64] | CSRBatch
+"""Decoded feature vectors: a dense (rows, dimension) matrix, or CSR for object-valued encoders."""
 
 # Marker bytes (see consumers._scan) that the fixed field names account for per event:
 # "features" holds one 'u', "label" two 'l'; "id" and "ts" hold none.
@@ -173,9 +179,10 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One valid event: the augmented vector, the encoded label and the optional id."""
+    """One valid event: the augmented vector (a one-row CSR batch for object-valued encoders),
+    the encoded label and the optional id."""
 
-    x: NDArray[np.float64]
+    x: Matrix
     y: float | int
     event_id: str | None
 
@@ -208,7 +215,8 @@ class DecodedBatch:
     Attributes
     ----------
     X
-        Augmented feature vectors, shape (n_valid, dimension).
+        Augmented feature vectors, shape (n_valid, dimension): a dense matrix for dense
+        encoders, a :class:`~learning.sparse.CSRBatch` for object-valued ones.
     y
         Encoded labels: ±1 float64 (binary) or class indices int64 (multiclass).
     spans
@@ -234,7 +242,7 @@ class DecodedBatch:
     def __init__(
         self,
         *,
-        X: NDArray[np.float64],
+        X: Matrix,
         y: NDArray[Any],
         spans: tuple[PartitionSpan, ...],
         rejections: tuple[Rejection, ...],
@@ -434,6 +442,35 @@ def validate_features(payload: Any, encoder: Encoder, *, grow: bool = False) -> 
         raise FeatureError(WRONG_TYPE, _clip(f"features cannot be read: {exc}")) from None
 
 
+def validate_sparse_features(
+    payload: Any, encoder: SparseEncoder, *, grow: bool = False
+) -> CSRBatch:
+    """One event's features as a one-row CSR batch, or :class:`~learning.FeatureError`.
+
+    The sparse twin of :func:`validate_features`, shared the same way by the consumer and the
+    HTTP API: the same inputs are refused with the same codes, and the row equals the dense x̃.
+
+    Examples
+    --------
+    >>> from learning import HashingEncoder
+    >>> row = validate_sparse_features({"colour": 2}, HashingEncoder(4))
+    >>> row.indices.tolist(), row.values.tolist()
+    ([0, 2], [1.0, 2.0])
+    >>> validate_sparse_features({"colour": float("nan")}, HashingEncoder(4))
+    Traceback (most recent call last):
+    ...
+    learning.errors.FeatureError: non_finite: feature 'colour' is nan
+    """
+    try:
+        columns, values = encoder.encode_sparse(payload, grow=grow)
+    except FeatureError:
+        raise
+    except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise FeatureError(WRONG_TYPE, _clip(f"features cannot be read: {exc}")) from None
+    indptr = np.array([0, columns.shape[0]], dtype=np.int64)
+    return CSRBatch(indptr=indptr, indices=columns, values=values, dimension=encoder.dimension)
+
+
 class _DuplicateKeyError(ValueError):
     pass
 
@@ -564,7 +601,7 @@ class _Fast:
     """Valid rows found by the bulk path, by input index."""
 
     index: list[int]
-    X: NDArray[np.float64]
+    X: Matrix
     y: NDArray[Any]
     event_ids: list[str | None]
 
@@ -577,7 +614,7 @@ class _Rows:
     def __init__(
         self,
         index: NDArray[np.int64],
-        X: NDArray[np.float64],
+        X: Matrix,
         y: NDArray[Any],
         ids: Callable[[], list[str | None]],
     ) -> None:
@@ -595,10 +632,9 @@ class _Rows:
     def of_events(
         cls, index: list[int], events: list[Event], dtype: type[np.float64] | type[np.int64]
     ) -> _Rows:
-        width = max(event.x.shape[0] for event in events)
-        X = np.zeros((len(events), width), dtype=np.float64)
-        for row, event in enumerate(events):
-            X[row, : event.x.shape[0]] = event.x
+        X = stack_rows(
+            [x if isinstance(x, CSRBatch) else x.reshape(1, -1) for x in (e.x for e in events)]
+        )
         y = np.asarray([event.y for event in events], dtype=dtype)
         event_ids = [event.event_id for event in events]
         return cls(np.asarray(index, dtype=np.int64), X, y, lambda: event_ids)
@@ -607,7 +643,7 @@ class _Rows:
     def merge(
         cls,
         tiers: list[_Rows],
-        empty: NDArray[np.float64],
+        empty: Matrix,
         dtype: type[np.float64] | type[np.int64],
     ) -> _Rows:
         """All tiers' rows in record order."""
@@ -617,12 +653,7 @@ class _Rows:
             return tiers[0]
         index = np.concatenate([tier.index for tier in tiers])
         order = np.argsort(index, kind="stable")
-        width = max(tier.X.shape[1] for tier in tiers)
-        X = np.zeros((index.shape[0], width), dtype=np.float64)
-        start = 0
-        for tier in tiers:
-            X[start : start + tier.X.shape[0], : tier.X.shape[1]] = tier.X
-            start += tier.X.shape[0]
+        X = stack_rows([tier.X for tier in tiers])
         y = np.concatenate([tier.y for tier in tiers]).astype(dtype, copy=False)
         sources = [tier.ids for tier in tiers]
 
@@ -630,7 +661,25 @@ class _Rows:
             combined = [event_id for source in sources for event_id in source()]
             return [combined[i] for i in order.tolist()]
 
-        return cls(index[order], X[order], y[order], ids)
+        ordered = take(X, order) if isinstance(X, CSRBatch) else X[order]
+        return cls(index[order], ordered, y[order], ids)
+
+
+def stack_rows(parts: Sequence[Matrix], width: int = 0) -> Matrix:
+    """The rows of every part in order, at least ``width`` wide and as wide as the widest part
+    (a vocabulary may have grown); narrower rows are padded with zeros. ``parts`` not empty."""
+    width = max(width, *(part.shape[1] for part in parts))
+    sparse = [part for part in parts if isinstance(part, CSRBatch)]
+    if sparse:
+        assert len(sparse) == len(parts), "one batch never mixes dense and sparse rows"
+        return stack(sparse, width)
+    X = np.zeros((sum(part.shape[0] for part in parts), width), dtype=np.float64)
+    start = 0
+    for part in parts:
+        assert not isinstance(part, CSRBatch)
+        X[start : start + part.shape[0], : part.shape[1]] = part
+        start += part.shape[0]
+    return X
 
 
 @dataclass
@@ -678,6 +727,9 @@ class EventDecoder:
             labels = LabelLookup.multiclass(labels)
         self._labels = labels
         self._grow = grow
+        self._sparse: SparseEncoder | None = (
+            encoder if encoder.sparse and isinstance(encoder, SparseEncoder) else None
+        )
         self._dense_features = encoder.n_features if isinstance(encoder, DenseEncoder) else None
         self._compiled_labels = (
             LabelTable(labels.pairs(), labels.dtype) if self._dense_features is not None else None
@@ -695,7 +747,11 @@ class EventDecoder:
 
     @property
     def max_batch_rows(self) -> int:
-        """Most records to decode at once so one matrix stays within :data:`MAX_MATRIX_ELEMENTS`."""
+        """Most records to decode at once so one batch stays within :data:`MAX_MATRIX_ELEMENTS`
+        (dense: rows times dimension; sparse: rows times the most entries one event may have)."""
+        if self._sparse is not None:
+            widest = self._sparse.max_features_per_event + int(self._sparse.bias)
+            return max(1, MAX_MATRIX_ELEMENTS // widest)
         return max(1, MAX_MATRIX_ELEMENTS // max(1, self._encoder.dimension))
 
     # -- the precise path -----------------------------------------------------------------------
@@ -722,7 +778,11 @@ class EventDecoder:
             _check_ts(obj[TS])
         target = self._labels.encode(obj[LABEL])
         try:
-            x = validate_features(obj[FEATURES], self._encoder, grow=self._grow)
+            x: Matrix = (
+                validate_features(obj[FEATURES], self._encoder, grow=self._grow)
+                if self._sparse is None
+                else validate_sparse_features(obj[FEATURES], self._sparse, grow=self._grow)
+            )
         except FeatureError as exc:
             raise InvalidEventError(exc.code, _clip(exc.message)) from None
         return Event(x=x, y=target, event_id=event_id)
@@ -824,7 +884,7 @@ class EventDecoder:
             index = [index[position] for position in kept]
             rows = [rows[position] for position in kept]
             values = [values[position] for position in kept]
-        return _Fast([], self._empty_matrix(), np.empty(0, self._labels.dtype), [])
+        return _Fast([], self.empty_matrix(), np.empty(0, self._labels.dtype), [])
 
     def _try_bulk(self, rows: list[dict[str, Any]], values: list[Any]) -> _Fast | list[bool]:
         """Every check on all rows at once: the valid rows, or a verdict per row for one check."""
@@ -876,7 +936,12 @@ class EventDecoder:
                 return None
         return [type(f) is dict and set(map(type, f.values())) <= _NUMBER_TYPES for f in features]
 
-    def _encode_rows(self, features: list[Any]) -> NDArray[np.float64] | None:
+    def _encode_rows(self, features: list[Any]) -> Matrix | None:
+        if self._sparse is not None:
+            try:
+                return self._sparse.encode_sparse_batch(features, grow=self._grow)
+            except (FeatureError, TypeError, ValueError, OverflowError):
+                return None
         if self._dense_features is None:
             try:
                 return self._encoder.encode_batch(features, grow=self._grow)
@@ -897,7 +962,10 @@ class EventDecoder:
         X[:, 1:] = values
         return X
 
-    def _empty_matrix(self) -> NDArray[np.float64]:
+    def empty_matrix(self) -> Matrix:
+        """No rows, in the form this decoder produces."""
+        if self._sparse is not None:
+            return empty_batch(self._encoder.dimension)
         return np.empty((0, self._encoder.dimension), dtype=np.float64)
 
     # -- putting it together --------------------------------------------------------------------
@@ -931,7 +999,7 @@ class EventDecoder:
         if slow_events:
             tiers.append(_Rows.of_events(slow_index, slow_events, self._labels.dtype))
         rows = _Rows.merge(
-            [tier for tier in tiers if len(tier.index)], self._empty_matrix(), self._labels.dtype
+            [tier for tier in tiers if len(tier.index)], self.empty_matrix(), self._labels.dtype
         )
         return DecodedBatch(
             X=rows.X,
