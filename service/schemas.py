@@ -160,7 +160,7 @@ def features_schema(settings: Settings) -> dict[str, Any]:
         "type": "object",
         "additionalProperties": number,
         "minProperties": 1,
-        "maxProperties": settings.http.max_features,
+        "maxProperties": settings.model.max_features_per_event,
         "description": "Feature name to finite number; absent features are 0.",
     }
 

@@ -37,6 +37,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
+
 logger = logging.getLogger(__name__)
 
 CONFIG_ENV_VAR = "NOVIKOFF_CONFIG"
@@ -55,6 +57,8 @@ DEFAULT_HTTP_PORT = 8000
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_BATCH_SIZE = 10_000
 DEFAULT_MAX_FEATURES = 10_000
+MOVED_SETTINGS = {"max_features": "model.max_features_per_event"}
+"""HTTP settings that moved, and where to: naming one gives that hint instead of "unknown"."""
 
 DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
@@ -178,6 +182,8 @@ class ModelSettings(_Section):
     dim: int = Field(default=2, ge=1, le=DEFAULT_MAX_FEATURES)
     feature_names: tuple[str, ...] = ()
     hashing_bits: int = Field(default=10, ge=1, le=MAX_HASHING_BITS)
+    hashing: HashName = DEFAULT_HASH
+    max_features_per_event: int = Field(default=DEFAULT_MAX_FEATURES_PER_EVENT, ge=1)
     vocabulary_size: int = Field(default=DEFAULT_VOCABULARY_SIZE, ge=1)
     bias: bool = True
     predictor: Literal["last", "averaged", "voted"] = "averaged"
@@ -274,8 +280,18 @@ class HttpSettings(_Section):
     port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65_535)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=64)
     max_batch_size: int = Field(default=DEFAULT_MAX_BATCH_SIZE, ge=1)
-    max_features: int = Field(default=DEFAULT_MAX_FEATURES, ge=1)
     access_log: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for old, new in MOVED_SETTINGS.items():
+                if old in data:
+                    raise ValueError(
+                        f"http.{old} moved to {new} (the consumer and HTTP share one bound)"
+                    )
+        return data
 
 
 class CheckpointSettings(_Section):
