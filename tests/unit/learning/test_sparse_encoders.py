@@ -255,3 +255,5 @@ def test_the_minimum_hash_takes_sklearns_bucket(monkeypatch: pytest.MonkeyPatch)
     for n_bits in (1, 10, 24):
         assert HashingEncoder(n_bits, bias=False).bucket("any") == (0, -1.0)
         assert HashingEncoder(n_bits).bucket("any") == (1, -1.0)
+        batch = HashingEncoder(n_bits, bias=False).encode_sparse_batch([{"any": 2.0, "b": 1.0}])
+        assert (batch.indices.tolist(), batch.values.tolist()) == ([0], [-3.0])
