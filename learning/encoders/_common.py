@@ -387,20 +387,38 @@ class ObjectEncoder(EncoderBase):
         if self.bias:
             keys = np.concatenate([np.arange(n, dtype=np.int64) * width, keys])
             values = np.concatenate([np.ones(n), values])
-        order = np.argsort(keys, kind="stable")
-        keys, values = keys[order], values[order]
+        # Keys are distinct unless names share a column, so an unstable sort is exact; shared
+        # columns get their entries back in event order (positions increase within a row).
+        order = np.argsort(keys)
+        keys = keys[order]
+        first: NDArray[np.bool_] | None = None
         if self.summed and keys.shape[0] > 1:
             first = np.ones(keys.shape[0], dtype=bool)
             first[1:] = keys[1:] != keys[:-1]
-            if not first.all():
-                values = _sum_runs(values, first)
-                keys = keys[first]
-                if not (np.abs(values) <= MAX_ABS_FEATURE).all():
-                    return None
+            if first.all():
+                first = None
+            else:
+                _restore_event_order(order, first)
+        values = values[order]
+        if first is not None:
+            values = _sum_runs(values, first)
+            keys = keys[first]
+            if not (np.abs(values) <= MAX_ABS_FEATURE).all():
+                return None
         rows = keys // width
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
         return CSRBatch(indptr=indptr, indices=keys - rows * width, values=values, dimension=width)
+
+
+def _restore_event_order(order: NDArray[np.intp], first: NDArray[np.bool_]) -> None:
+    """Sort ``order`` within each run of equal keys (``first`` opens a run), in place."""
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.append(starts, order.shape[0]))
+    for slot in np.flatnonzero(sizes > 1).tolist():
+        start = int(starts[slot])
+        stop = start + int(sizes[slot])
+        order[start:stop] = np.sort(order[start:stop])
 
 
 def _sum_runs(values: NDArray[np.float64], first: NDArray[np.bool_]) -> NDArray[np.float64]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from array import array
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
@@ -67,8 +66,6 @@ HASH_CACHE_SIZE = 131_072
 100,000-word vocabulary whole (about 15 MB), so a text stream hashes each word once."""
 MURMUR_NAMES = "str (murmur3 hashing takes string names, as scikit-learn does)"
 NAME_SEPARATOR = "\x00"
-C_INT_TYPECODE = "i"
-"""The ``array`` typecode of a C int (numpy's ``intc``), wide enough for a signed 32-bit hash."""
 
 
 class HashingEncoder(ObjectEncoder):
@@ -183,9 +180,7 @@ class HashingEncoder(ObjectEncoder):
             NAME_SEPARATOR.join(names).encode("utf-8")
         except (TypeError, UnicodeEncodeError):
             return None
-        hashes = np.frombuffer(array(C_INT_TYPECODE, map(mmh3.hash, names)), dtype=np.intc).astype(
-            np.int64
-        )
+        hashes = np.fromiter(map(mmh3.hash, names), dtype=np.int64, count=len(names))
         buckets = np.abs(hashes) % self.n_buckets
         buckets[hashes == INT32_MIN] = self._murmur_bucket(INT32_MIN)
         return buckets + self.offset, hashes < 0

@@ -133,6 +133,15 @@ def test_colliding_names_are_summed_in_event_order() -> None:
     assert indices.tolist() == [column] and summed.tolist() == [in_order]
     batch = encoder.encode_sparse_batch([event, event])
     assert batch.values.tolist() == [in_order, in_order]
+    # A batch large enough for the bulk path's sort to move equal keys around.
+    crowded = {**event, **dict.fromkeys(names[50:55], 1.0)}
+    many = encoder.encode_sparse_batch([crowded] * 3_000)
+    assert (many.to_dense() == encoder.encode(crowded)).all()
+    assert many.to_dense().tobytes() == encoder.encode_batch([crowded] * 3_000).tobytes()
+    # Control: numpy's default sort does move equal keys of such a batch out of event order.
+    keys = np.repeat(np.arange(3_000), 3)
+    order = np.argsort(np.concatenate([keys[::3] * 2, keys * 2 + 1]))
+    assert any(a > b for a, b in itertools.pairwise(order[order >= 3_000].tolist()))
     assert encoder.encode(event)[column] == in_order
 
 
