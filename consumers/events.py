@@ -125,7 +125,7 @@ from consumers.decoding.wire import (
     _get_ts,
     _get_value,
 )
-from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder, SparseEncoder
+from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder, as_sparse
 from learning.errors import FeatureError
 from learning.labels import ClassIndex, LabelMap
 
@@ -205,9 +205,7 @@ class EventDecoder:
             labels = LabelLookup.multiclass(labels)
         self._labels = labels
         self._grow = grow
-        self._sparse: SparseEncoder | None = (
-            encoder if encoder.sparse and isinstance(encoder, SparseEncoder) else None
-        )
+        self._sparse = as_sparse(encoder)
         self._dense_features = encoder.n_features if isinstance(encoder, DenseEncoder) else None
         self._compiled_labels = (
             LabelTable(labels.pairs(), labels.dtype) if self._dense_features is not None else None

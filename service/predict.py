@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from consumers.events import Matrix, stack_rows, validate_features, validate_sparse_features
 from consumers.fastjson import count_markers
 from learning import DenseEncoder, FeatureError, Predictor
-from learning.encoders import MAX_ABS_FEATURE, Encoder, SparseEncoder
+from learning.encoders import MAX_ABS_FEATURE, Encoder, as_sparse
 from service._fastbody import DenseInstances, parse_dense_instances
 from service.problems import FieldError, Problem
 
@@ -106,9 +106,7 @@ class PredictHandler:
         self._limits = limits
         self._default_predictor = default_predictor
         self._dense_width = encoder.n_features if isinstance(encoder, DenseEncoder) else None
-        self._sparse: SparseEncoder | None = (
-            encoder if encoder.sparse and isinstance(encoder, SparseEncoder) else None
-        )
+        self._sparse = as_sparse(encoder)
 
     @property
     def limits(self) -> PredictLimits:

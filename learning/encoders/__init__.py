@@ -34,6 +34,7 @@ from learning.encoders._common import (
     FeatureName,
     SparseEncoder,
     SparseRow,
+    as_sparse,
     numeric_value,
 )
 from learning.encoders.dense import DenseEncoder
@@ -68,6 +69,7 @@ __all__ = [
     "SparseEncoder",
     "SparseRow",
     "VocabularyEncoder",
+    "as_sparse",
     "encoder_from_state",
     "numeric_value",
 ]

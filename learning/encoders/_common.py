@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from itertools import chain
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -93,6 +93,15 @@ class SparseEncoder(Encoder, Protocol):
     def encode_sparse_batch(self, rows: Sequence[Any], *, grow: bool = False) -> CSRBatch:
         """x̃ for many events as a :class:`~learning.sparse.CSRBatch`."""
         ...
+
+
+def as_sparse(encoder: Encoder) -> SparseEncoder | None:
+    """``encoder`` typed as a :class:`SparseEncoder` when it is object-valued, else ``None``.
+
+    Decided by the ``sparse`` flag, never by ``isinstance`` against the protocol: that would
+    evaluate every protocol property, ``coordinate_names`` included (2^b names when hashing).
+    """
+    return cast(SparseEncoder, encoder) if encoder.sparse else None
 
 
 def numeric_value(name: object, value: object) -> float:

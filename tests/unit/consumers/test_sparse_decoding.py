@@ -4,6 +4,7 @@ the dense decoding of the same records, without a dense row."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from learning.errors import FEATURE_ERROR_CODES
 LABELS = LabelMap({"1": 1, "-1": -1})
 NAMES = ["a", "b", "c", "d", "é", "日本", "w\\u0069de"]
 LIMIT = 5
+GOOD_FEATURES = {"a": 1.5, "b": -2}
 
 
 class DenseView:
@@ -192,3 +194,30 @@ def test_stack_and_take_keep_rows_bit_for_bit() -> None:
     assert stacked.to_dense()[:, :3].tobytes() == dense.tobytes() and stacked.dimension == 4
     with pytest.raises(ValueError):
         stack([batch], 2)
+
+
+def test_no_dense_row_is_built_even_at_2_to_the_24_buckets() -> None:
+    encoder = HashingEncoder(24)
+    dense_row_bytes = encoder.dimension * 8  # 134 MB: one dense row would show
+    values = [
+        orjson.dumps({"features": {f"w{i}_{j}": 1 for j in range(20)}, "label": 1})
+        for i in range(200)
+    ]
+    values.append(_event('{"a": NaN}'))  # one record through the precise path as well
+    decoder = EventDecoder(encoder, LABELS)
+    decoder.decode_batch(records(values[:3]))  # first use compiles the byte counters (numba)
+    tracemalloc.start()
+    try:
+        batch = decoder.decode_batch(records(values))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(batch.X, CSRBatch) and batch.X.n_rows == 200
+    assert peak < dense_row_bytes / 10
+    tracemalloc.start()
+    try:
+        encoder.encode(GOOD_FEATURES)  # control: the dense form does allocate the row
+        _, dense_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert dense_peak >= dense_row_bytes

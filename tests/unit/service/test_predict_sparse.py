@@ -3,6 +3,7 @@ the consumer refuses the same feature objects."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -133,3 +134,20 @@ def test_a_dense_model_still_reads_dense_bodies() -> None:
     request = dense.read(b'{"instances": [{"features": [1, 2]}, {"features": [3, 4.5]}]}')
     assert isinstance(request.X, np.ndarray)
     assert request.X.tolist() == [[1.0, 1.0, 2.0], [1.0, 3.0, 4.5]]
+
+
+def test_a_body_never_becomes_a_dense_row_at_2_to_the_24_buckets() -> None:
+    encoder = HashingEncoder(24)
+    body = orjson.dumps({"instances": [{"features": {f"w{i}": 1.0, "x": 2}} for i in range(8)]})
+    read = handler(encoder)
+    read.read(body)  # first use warms up the body scanners
+    tracemalloc.start()
+    try:
+        request = read.read(body)
+        single = read.read(orjson.dumps({"features": {"w": 1}}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(request.X, CSRBatch) and request.X.n_rows == 8
+    assert isinstance(single.X, CSRBatch) and single.X.n_rows == 1
+    assert peak < encoder.dimension * 8 / 10  # a dense row is 134 MB
