@@ -519,6 +519,7 @@ class Engine:
             self._check_offsets(batch)
             mistakes = 0
             if batch.valid:
+                # batch.X is CSR for object-valued encoders, dense otherwise: both take it.
                 result = self._learner.learn_batch(batch.X, batch.y)
                 self._tracker.observe_batch(batch.X, batch.y, result)
                 mistakes = int(np.count_nonzero(result.mistakes))

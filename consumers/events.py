@@ -34,609 +34,136 @@ vectors, and one SWAR byte count (see :mod:`consumers._scan`) that proves no rec
 duplicate key, a boolean, a null, a stray string or an escape. Only the records that fail a bulk
 check are diagnosed one by one, by the exact slow path :meth:`EventDecoder.inspect`; the fast path
 accepts a subset of what the slow path accepts, with bit-identical vectors.
+
+Object-valued features (schema, vocabulary, hashing encoders) decode straight to a
+:class:`~learning.sparse.CSRBatch` in every tier, never through a dense row; dense arrays stay a
+dense matrix.
+
+This module holds :class:`EventDecoder` and is where every public name is imported from; the parts
+live in :mod:`consumers.decoding` (wire names, batch types, labels, the precise path, bulk checks).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import chain, groupby
-from operator import attrgetter, itemgetter, methodcaller
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
 
 import numpy as np
-import orjson
-from numpy.typing import NDArray
 
+from consumers._csr import empty_batch
 from consumers._fastjson import LabelTable, parse_dense
-from consumers._scan import count_markers, count_markers_each, count_text_markers, nesting_depth
-from consumers.timestamps import all_valid_text_timestamps, valid_timestamp
-from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder
-from learning.errors import FEATURE_ERROR_CODES, FeatureError
+from consumers.decoding.batch import (
+    DecodedBatch,
+    Event,
+    Matrix,
+    PartitionSpan,
+    Record,
+    Rejection,
+    SourceRecord,
+    _Compiled,
+    _Fast,
+    _rejection,
+    _Rows,
+    _spans,
+    stack_rows,
+)
+from consumers.decoding.bulk import (
+    _all_valid_ts,
+    _decode_values,
+    _ids_fit,
+    _marker_verdict,
+    _markers_balance,
+    _row_id_ok,
+    _row_ts_ok,
+    _strings,
+    _with_required_fields,
+)
+from consumers.decoding.labels import LabelLookup
+from consumers.decoding.precise import (
+    _check_id,
+    _check_ts,
+    _json_kind,
+    parse_event_json,
+    validate_features,
+    validate_sparse_features,
+)
+from consumers.decoding.wire import (
+    _DICT_TYPE,
+    _LIST_TYPE,
+    _MISSING,
+    _NUMBER_TYPES,
+    ALLOWED_FIELDS,
+    BAD_ID,
+    BAD_TS,
+    DUPLICATE_KEY,
+    EVENT_REASONS,
+    FEATURES,
+    ID,
+    LABEL,
+    MAX_ID_LENGTH,
+    MAX_MATRIX_ELEMENTS,
+    MAX_NESTING_DEPTH,
+    MISSING_FEATURES,
+    MISSING_LABEL,
+    NOT_JSON,
+    NOT_OBJECT,
+    NOT_UTF8,
+    REASON_CODES,
+    REQUIRED_FIELDS,
+    TOO_DEEP,
+    TS,
+    UNKNOWN_FIELD,
+    UNKNOWN_LABEL,
+    WRONG_TYPE,
+    InvalidEventError,
+    _clip,
+    _get_features,
+    _get_id,
+    _get_label,
+    _get_ts,
+    _get_value,
+)
+from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder, as_sparse
+from learning.errors import FeatureError
 from learning.labels import ClassIndex, LabelMap
 
 logger = logging.getLogger(__name__)
 
-NOT_UTF8 = "not_utf8"
-NOT_JSON = "not_json"
-NOT_OBJECT = "not_object"
-DUPLICATE_KEY = "duplicate_key"
-TOO_DEEP = "too_deep"
-MISSING_FEATURES = "missing_features"
-MISSING_LABEL = "missing_label"
-UNKNOWN_LABEL = "unknown_label"
-UNKNOWN_FIELD = "unknown_field"
-BAD_ID = "bad_id"
-BAD_TS = "bad_ts"
-WRONG_TYPE = "wrong_type"
-
-EVENT_REASONS = (
-    NOT_UTF8,
-    NOT_JSON,
-    NOT_OBJECT,
-    DUPLICATE_KEY,
-    TOO_DEEP,
-    MISSING_FEATURES,
-    MISSING_LABEL,
-    UNKNOWN_LABEL,
-    UNKNOWN_FIELD,
-    BAD_ID,
-    BAD_TS,
-)
-REASON_CODES: tuple[str, ...] = EVENT_REASONS + tuple(sorted(FEATURE_ERROR_CODES))
-"""Every reason code a rejection can carry (stable: dashboards and alerts key on them)."""
-
-FEATURES = "features"
-LABEL = "label"
-ID = "id"
-TS = "ts"
-ALLOWED_FIELDS = frozenset({FEATURES, LABEL, ID, TS})
-REQUIRED_FIELDS = 2
-
-MAX_ID_LENGTH = 256
-MAX_DOUBLE_DIGITS = 309
-MAX_NESTING_DEPTH = 32
-MAX_MESSAGE_CHARS = 300
-MAX_MATRIX_ELEMENTS = 8_000_000
-"""Upper bound on rows times dimension of one decoded matrix (64 MB of float64)."""
-
-# Marker bytes (see consumers._scan) that the fixed field names account for per event:
-# "features" holds one 'u', "label" two 'l'; "id" and "ts" hold none.
-FIXED_FIELD_MARKERS = 3
-QUOTES_PER_STRING = 2
-
-_LABEL_TYPES = frozenset({str, int})
-_NUMBER_TYPES = frozenset({int, float})
-_LIST_TYPE = frozenset({list})
-_DICT_TYPE = frozenset({dict})
-
-_get_value = attrgetter("value")
-_get_offset = attrgetter("offset")
-_get_partition_key = attrgetter("topic", "partition")
-_get_features = itemgetter(FEATURES)
-_get_label = itemgetter(LABEL)
-_MISSING = object()
-_get_id = methodcaller("get", ID, _MISSING)
-_get_ts = methodcaller("get", TS, _MISSING)
-
-
-@runtime_checkable
-class SourceRecord(Protocol):
-    """What the decoder reads from a record (kafka-python's ``ConsumerRecord`` fits)."""
-
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def partition(self) -> int: ...
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def key(self) -> bytes | None: ...
-
-    @property
-    def value(self) -> bytes | None: ...
-
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """An in-memory record, for tests, benchmarks and replays."""
-
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-    key: bytes | None = None
-    headers: Sequence[tuple[str, bytes]] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A record refused by validation, with everything needed to dead-letter and trace it."""
-
-    reason: str
-    message: str
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    key: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One valid event: the augmented vector, the encoded label and the optional id."""
-
-    x: NDArray[np.float64]
-    y: float | int
-    event_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionSpan:
-    """A run of consecutive records of one partition inside a batch.
-
-    ``rows`` indexes the valid events of the run in :attr:`DecodedBatch.X`; offsets run from
-    ``first_offset`` to ``last_offset`` inclusive (gaps possible, e.g. after compaction).
-    """
-
-    topic: str
-    partition: int
-    first_offset: int
-    last_offset: int
-    row_start: int
-    row_stop: int
-    records: int
-
-    @property
-    def rejected(self) -> int:
-        """Records of the run that were refused."""
-        return self.records - (self.row_stop - self.row_start)
-
-
-class DecodedBatch:
-    """Valid events as one matrix, in record order, plus the rejections.
-
-    Attributes
-    ----------
-    X
-        Augmented feature vectors, shape (n_valid, dimension).
-    y
-        Encoded labels: ±1 float64 (binary) or class indices int64 (multiclass).
-    spans
-        Consecutive runs of one partition, in record order; each says which rows of ``X`` are
-        its valid events.
-    rejections
-        Refused records, in record order.
-    row_records
-        Position in the decoded records of each row of ``X``.
-    """
-
-    __slots__ = (
-        "X",
-        "_event_ids",
-        "_id_source",
-        "_records",
-        "rejections",
-        "row_records",
-        "spans",
-        "y",
-    )
-
-    def __init__(
-        self,
-        *,
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        spans: tuple[PartitionSpan, ...],
-        rejections: tuple[Rejection, ...],
-        row_records: NDArray[np.int64],
-        records: Sequence[SourceRecord],
-        id_source: Callable[[], list[str | None]],
-    ) -> None:
-        self.X = X
-        self.y = y
-        self.spans = spans
-        self.rejections = rejections
-        self.row_records = row_records
-        self._records = records
-        self._id_source = id_source
-        self._event_ids: list[str | None] | None = None
-
-    @property
-    def records(self) -> int:
-        """Number of records decoded (valid and refused)."""
-        return sum(span.records for span in self.spans)
-
-    @property
-    def valid(self) -> int:
-        """Number of valid events."""
-        return int(self.X.shape[0])
-
-    @property
-    def event_ids(self) -> list[str | None]:
-        """The ``id`` of each valid row (``None`` when absent); built on first use."""
-        if self._event_ids is None:
-            self._event_ids = self._id_source()
-        return self._event_ids
-
-    @property
-    def offsets(self) -> NDArray[np.int64]:
-        """Source offset of each valid row."""
-        offsets = np.fromiter(map(_get_offset, self._records), np.int64, len(self._records))
-        result: NDArray[np.int64] = offsets[self.row_records]
-        return result
-
-
-class InvalidEventError(Exception):
-    """Raised by the precise path: the record is refused for ``reason`` (a reason code)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
-
-
-def _integer_alias(label: Hashable) -> int | None:
-    """``-1`` for the label ``"-1"``: integer literals in a label map also match JSON integers."""
-    if type(label) is not str:
-        return None
-    try:
-        return int(label)
-    except ValueError:
-        return None
-
-
-class LabelLookup:
-    """Event labels → encoded targets, for the bulk path and the precise path alike.
-
-    Parameters
-    ----------
-    table
-        Label → target (±1.0 for binary, class index for multiclass). Keys are strings or
-        integers; boolean keys go to ``booleans`` instead, because ``True == 1`` in Python.
-    dtype
-        dtype of the encoded targets.
-    booleans
-        Boolean labels → target (only a boolean label map has them).
-    expected
-        How to describe the valid labels in an error message.
-
-    Examples
-    --------
-    >>> lookup = LabelLookup.binary(LabelMap({"1": 1, "-1": -1}))
-    >>> lookup.encode(-1), lookup.encode("1")
-    (-1.0, 1.0)
-    """
-
-    def __init__(
-        self,
-        table: Mapping[Hashable, float | int],
-        dtype: type[np.float64] | type[np.int64],
-        booleans: Mapping[bool, float | int] | None = None,
-        expected: str = "",
-    ) -> None:
-        self._table = dict(table)
-        self._dtype = dtype
-        self._booleans = dict(booleans or {})
-        self._expected = expected or f"one of {sorted(map(str, self._table))}"
-
-    @classmethod
-    def binary(cls, label_map: LabelMap) -> LabelLookup:
-        """The lookup of a binary model: labels → ±1.0."""
-        return cls._build(
-            [(label_map.positive, 1.0), (label_map.negative, -1.0)],
-            np.float64,
-            f"{label_map.positive!r} (+1) or {label_map.negative!r} (-1)",
-        )
-
-    @classmethod
-    def multiclass(cls, classes: ClassIndex | Sequence[Hashable]) -> LabelLookup:
-        """The lookup of a multiclass model: class label → class index."""
-        labels = classes.labels if isinstance(classes, ClassIndex) else tuple(classes)
-        return cls._build(
-            [(label, index) for index, label in enumerate(labels)],
-            np.int64,
-            f"one of the classes {list(labels)}",
-        )
-
-    @classmethod
-    def _build(
-        cls,
-        pairs: Iterable[tuple[Hashable, float | int]],
-        dtype: type[np.float64] | type[np.int64],
-        expected: str,
-    ) -> LabelLookup:
-        table: dict[Hashable, float | int] = {}
-        booleans: dict[bool, float | int] = {}
-        aliases: dict[Hashable, float | int] = {}
-        for label, target in pairs:
-            if type(label) is bool:
-                booleans[label] = target
-                continue
-            table[label] = target
-            alias = _integer_alias(label)
-            if alias is not None:
-                aliases[alias] = target
-        for alias_label, alias_target in aliases.items():
-            table.setdefault(alias_label, alias_target)
-        return cls(table, dtype, booleans, expected)
-
-    @property
-    def dtype(self) -> type[np.float64] | type[np.int64]:
-        """dtype of encoded targets."""
-        return self._dtype
-
-    def pairs(self) -> list[tuple[object, float | int]]:
-        """(label, target) for every non-boolean label, aliases included."""
-        return list(self._table.items())
-
-    def encode(self, label: object) -> float | int:
-        """The target of one label, or :class:`InvalidEventError` (``unknown_label``)."""
-        kind = type(label)
-        found: float | int | None = None
-        if isinstance(label, bool):
-            found = self._booleans.get(label)
-        elif kind in _LABEL_TYPES:
-            found = self._table.get(label)
-        if found is None:
-            shown = _clip(repr(label))
-            raise InvalidEventError(UNKNOWN_LABEL, f"label {shown} is not {self._expected}")
-        return found
-
-    def encode_all(self, labels: list[Any]) -> NDArray[Any] | None:
-        """Targets of many labels, or ``None`` when any label is not plainly known.
-
-        Booleans never reach this path (the bulk scan escalates them), so the ``True == 1``
-        ambiguity cannot arise here.
-        """
-        if not set(map(type, labels)) <= _LABEL_TYPES:
-            return None
-        try:
-            return np.fromiter(map(self._table.__getitem__, labels), self._dtype, len(labels))
-        except (KeyError, TypeError):
-            return None
-
-
-def validate_features(payload: Any, encoder: Encoder, *, grow: bool = False) -> NDArray[np.float64]:
-    """One event's features as the augmented vector x̃, or :class:`~learning.FeatureError`.
-
-    Shared by the consumer and the HTTP API so both refuse the same inputs with the same codes.
-    ``grow`` lets a vocabulary encoder learn new names (the consumer does, predictions do not).
-
-    Examples
-    --------
-    >>> from learning import DenseEncoder
-    >>> validate_features([2, -0.25], DenseEncoder(2)).tolist()
-    [1.0, 2.0, -0.25]
-    >>> validate_features([True, 1], DenseEncoder(2))
-    Traceback (most recent call last):
-    ...
-    learning.errors.FeatureError: boolean_feature: feature 0 is a boolean (True); send 1 or 0
-    """
-    try:
-        return encoder.encode(payload, grow=grow)
-    except FeatureError:
-        raise
-    except (TypeError, ValueError, OverflowError, AttributeError) as exc:
-        raise FeatureError(WRONG_TYPE, _clip(f"features cannot be read: {exc}")) from None
-
-
-class _DuplicateKeyError(ValueError):
-    pass
-
-
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKeyError(key)
-            seen.add(key)
-    return obj
-
-
-class _NonFiniteTracker:
-    """Parse hooks for the lenient parser: remember whether a number was NaN or infinite."""
-
-    def __init__(self) -> None:
-        self.seen = False
-
-    def constant(self, text: str) -> float:
-        self.seen = True
-        return float(text)
-
-    def number(self, text: str) -> float:
-        value = float(text)
-        if value in (float("inf"), float("-inf")):
-            self.seen = True
-        return value
-
-    def integer(self, text: str) -> int | float:
-        # A double holds at most 309 integer digits; longer integers overflow it (and Python
-        # refuses to convert very long digit strings at all).
-        if len(text.lstrip("-")) > MAX_DOUBLE_DIGITS:
-            self.seen = True
-            return float("-inf") if text.startswith("-") else float("inf")
-        value = int(text)
-        try:
-            float(value)
-        except OverflowError:
-            self.seen = True
-        return value
-
-
-def parse_event_json(value: object) -> Any:
-    """Parse one record value exactly, or raise :class:`InvalidEventError` saying why not.
-
-    orjson decides what is valid JSON; the standard library parser, with hooks, finds duplicate
-    keys and tells non-finite numbers (which orjson refuses without saying where) from other
-    syntax errors, so that ``NaN`` in ``features`` is reported as ``non_finite``.
-    """
-    if value is None:
-        raise InvalidEventError(NOT_JSON, "the record has no value (a tombstone)")
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise InvalidEventError(NOT_JSON, f"the value is {type(value).__name__}, not bytes")
-    raw = bytes(value)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidEventError(NOT_UTF8, f"byte {exc.start} is not UTF-8 ({exc.reason})") from None
-    depth = nesting_depth(raw)
-    if depth > MAX_NESTING_DEPTH:
-        raise InvalidEventError(
-            TOO_DEEP, f"JSON nested {depth} levels deep (at most {MAX_NESTING_DEPTH})"
-        )
-    strict_error: orjson.JSONDecodeError | None = None
-    try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        strict_error = exc
-    tracker = _NonFiniteTracker()
-    try:
-        lenient = json.loads(
-            text,
-            object_pairs_hook=_refuse_duplicates,
-            parse_constant=tracker.constant,
-            parse_float=tracker.number,
-            parse_int=tracker.integer,
-        )
-    except _DuplicateKeyError as exc:
-        raise InvalidEventError(
-            DUPLICATE_KEY, _clip(f"key {exc.args[0]!r} appears more than once")
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise InvalidEventError(NOT_JSON, _clip(str(strict_error or exc))) from None
-    if strict_error is None:
-        return parsed
-    if tracker.seen:
-        return lenient
-    raise InvalidEventError(NOT_JSON, _clip(str(strict_error)))
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
-
-
-def _check_id(event_id: object) -> str:
-    if type(event_id) is not str:
-        raise InvalidEventError(BAD_ID, f"id must be a string, got a JSON {_json_kind(event_id)}")
-    if not 1 <= len(event_id) <= MAX_ID_LENGTH:
-        raise InvalidEventError(
-            BAD_ID, f"id must have 1 to {MAX_ID_LENGTH} characters, got {len(event_id)}"
-        )
-    return event_id
-
-
-def _check_ts(ts: object) -> None:
-    if not valid_timestamp(ts):
-        shown = _clip(repr(ts))
-        raise InvalidEventError(
-            BAD_TS, f"ts {shown} is neither an RFC 3339 date-time nor epoch seconds"
-        )
-
-
-@dataclass
-class _Fast:
-    """Valid rows found by the bulk path, by input index."""
-
-    index: list[int]
-    X: NDArray[np.float64]
-    y: NDArray[Any]
-    event_ids: list[str | None]
-
-
-class _Rows:
-    """Valid rows of one decoding tier: record positions, vectors, targets and ids."""
-
-    __slots__ = ("X", "ids", "index", "y")
-
-    def __init__(
-        self,
-        index: NDArray[np.int64],
-        X: NDArray[np.float64],
-        y: NDArray[Any],
-        ids: Callable[[], list[str | None]],
-    ) -> None:
-        self.index = index
-        self.X = X
-        self.y = y
-        self.ids = ids
-
-    @classmethod
-    def of(cls, fast: _Fast) -> _Rows:
-        event_ids = fast.event_ids
-        return cls(np.asarray(fast.index, dtype=np.int64), fast.X, fast.y, lambda: event_ids)
-
-    @classmethod
-    def of_events(
-        cls, index: list[int], events: list[Event], dtype: type[np.float64] | type[np.int64]
-    ) -> _Rows:
-        width = max(event.x.shape[0] for event in events)
-        X = np.zeros((len(events), width), dtype=np.float64)
-        for row, event in enumerate(events):
-            X[row, : event.x.shape[0]] = event.x
-        y = np.asarray([event.y for event in events], dtype=dtype)
-        event_ids = [event.event_id for event in events]
-        return cls(np.asarray(index, dtype=np.int64), X, y, lambda: event_ids)
-
-    @classmethod
-    def merge(
-        cls,
-        tiers: list[_Rows],
-        empty: NDArray[np.float64],
-        dtype: type[np.float64] | type[np.int64],
-    ) -> _Rows:
-        """All tiers' rows in record order."""
-        if not tiers:
-            return cls(np.empty(0, dtype=np.int64), empty, np.empty(0, dtype=dtype), list)
-        if len(tiers) == 1:
-            return tiers[0]
-        index = np.concatenate([tier.index for tier in tiers])
-        order = np.argsort(index, kind="stable")
-        width = max(tier.X.shape[1] for tier in tiers)
-        X = np.zeros((index.shape[0], width), dtype=np.float64)
-        start = 0
-        for tier in tiers:
-            X[start : start + tier.X.shape[0], : tier.X.shape[1]] = tier.X
-            start += tier.X.shape[0]
-        y = np.concatenate([tier.y for tier in tiers]).astype(dtype, copy=False)
-        sources = [tier.ids for tier in tiers]
-
-        def ids() -> list[str | None]:
-            combined = [event_id for source in sources for event_id in source()]
-            return [combined[i] for i in order.tolist()]
-
-        return cls(index[order], X[order], y[order], ids)
-
-
-@dataclass
-class _Compiled:
-    rows: _Rows
-    escalated: list[int]
+__all__ = [
+    "BAD_ID",
+    "BAD_TS",
+    "DUPLICATE_KEY",
+    "EVENT_REASONS",
+    "MAX_ID_LENGTH",
+    "MAX_MATRIX_ELEMENTS",
+    "MAX_NESTING_DEPTH",
+    "MISSING_FEATURES",
+    "MISSING_LABEL",
+    "NOT_JSON",
+    "NOT_OBJECT",
+    "NOT_UTF8",
+    "REASON_CODES",
+    "TOO_DEEP",
+    "UNKNOWN_FIELD",
+    "UNKNOWN_LABEL",
+    "WRONG_TYPE",
+    "DecodedBatch",
+    "Event",
+    "EventDecoder",
+    "InvalidEventError",
+    "LabelLookup",
+    "Matrix",
+    "PartitionSpan",
+    "Record",
+    "Rejection",
+    "SourceRecord",
+    "parse_event_json",
+    "stack_rows",
+    "validate_features",
+    "validate_sparse_features",
+]
 
 
 class EventDecoder:
@@ -678,6 +205,7 @@ class EventDecoder:
             labels = LabelLookup.multiclass(labels)
         self._labels = labels
         self._grow = grow
+        self._sparse = as_sparse(encoder)
         self._dense_features = encoder.n_features if isinstance(encoder, DenseEncoder) else None
         self._compiled_labels = (
             LabelTable(labels.pairs(), labels.dtype) if self._dense_features is not None else None
@@ -695,7 +223,11 @@ class EventDecoder:
 
     @property
     def max_batch_rows(self) -> int:
-        """Most records to decode at once so one matrix stays within :data:`MAX_MATRIX_ELEMENTS`."""
+        """Most records to decode at once so one batch stays within :data:`MAX_MATRIX_ELEMENTS`
+        (dense: rows times dimension; sparse: rows times the most entries one event may have)."""
+        if self._sparse is not None:
+            widest = self._sparse.max_features_per_event + int(self._sparse.bias)
+            return max(1, MAX_MATRIX_ELEMENTS // widest)
         return max(1, MAX_MATRIX_ELEMENTS // max(1, self._encoder.dimension))
 
     # -- the precise path -----------------------------------------------------------------------
@@ -722,7 +254,11 @@ class EventDecoder:
             _check_ts(obj[TS])
         target = self._labels.encode(obj[LABEL])
         try:
-            x = validate_features(obj[FEATURES], self._encoder, grow=self._grow)
+            x: Matrix = (
+                validate_features(obj[FEATURES], self._encoder, grow=self._grow)
+                if self._sparse is None
+                else validate_sparse_features(obj[FEATURES], self._sparse, grow=self._grow)
+            )
         except FeatureError as exc:
             raise InvalidEventError(exc.code, _clip(exc.message)) from None
         return Event(x=x, y=target, event_id=event_id)
@@ -824,7 +360,7 @@ class EventDecoder:
             index = [index[position] for position in kept]
             rows = [rows[position] for position in kept]
             values = [values[position] for position in kept]
-        return _Fast([], self._empty_matrix(), np.empty(0, self._labels.dtype), [])
+        return _Fast([], self.empty_matrix(), np.empty(0, self._labels.dtype), [])
 
     def _try_bulk(self, rows: list[dict[str, Any]], values: list[Any]) -> _Fast | list[bool]:
         """Every check on all rows at once: the valid rows, or a verdict per row for one check."""
@@ -876,7 +412,12 @@ class EventDecoder:
                 return None
         return [type(f) is dict and set(map(type, f.values())) <= _NUMBER_TYPES for f in features]
 
-    def _encode_rows(self, features: list[Any]) -> NDArray[np.float64] | None:
+    def _encode_rows(self, features: list[Any]) -> Matrix | None:
+        if self._sparse is not None:
+            try:
+                return self._sparse.encode_sparse_batch(features, grow=self._grow)
+            except (FeatureError, TypeError, ValueError, OverflowError):
+                return None
         if self._dense_features is None:
             try:
                 return self._encoder.encode_batch(features, grow=self._grow)
@@ -897,7 +438,10 @@ class EventDecoder:
         X[:, 1:] = values
         return X
 
-    def _empty_matrix(self) -> NDArray[np.float64]:
+    def empty_matrix(self) -> Matrix:
+        """No rows, in the form this decoder produces."""
+        if self._sparse is not None:
+            return empty_batch(self._encoder.dimension)
         return np.empty((0, self._encoder.dimension), dtype=np.float64)
 
     # -- putting it together --------------------------------------------------------------------
@@ -931,7 +475,7 @@ class EventDecoder:
         if slow_events:
             tiers.append(_Rows.of_events(slow_index, slow_events, self._labels.dtype))
         rows = _Rows.merge(
-            [tier for tier in tiers if len(tier.index)], self._empty_matrix(), self._labels.dtype
+            [tier for tier in tiers if len(tier.index)], self.empty_matrix(), self._labels.dtype
         )
         return DecodedBatch(
             X=rows.X,
@@ -942,167 +486,3 @@ class EventDecoder:
             records=records,
             id_source=rows.ids,
         )
-
-
-def _decode_values(values: list[Any]) -> tuple[list[Any], set[int]]:
-    """orjson on every value; values it refuses are suspects (``None`` in their place)."""
-    loads = orjson.loads
-    try:
-        return list(map(loads, values)), set()
-    except orjson.JSONDecodeError:
-        pass
-    objs: list[Any] = []
-    suspects: set[int] = set()
-    for i, value in enumerate(values):
-        try:
-            objs.append(loads(value))
-        except orjson.JSONDecodeError:
-            objs.append(None)
-            suspects.add(i)
-    return objs, suspects
-
-
-def _with_required_fields(objs: list[Any], suspects: set[int]) -> list[int] | None:
-    """Indices of objects with ``features`` and ``label`` (``None``: all of them)."""
-    if not suspects:
-        try:
-            list(map(_get_features, objs))
-            list(map(_get_label, objs))
-        except (KeyError, TypeError, IndexError):
-            pass
-        else:
-            return None
-    candidates: list[int] = []
-    for i, obj in enumerate(objs):
-        if type(obj) is dict and FEATURES in obj and LABEL in obj:
-            candidates.append(i)
-        else:
-            suspects.add(i)
-    return candidates
-
-
-def _ids_fit(ids: list[Any]) -> bool:
-    """Whether every id is a string of acceptable length."""
-    if set(map(type, ids)) != {str}:
-        return False
-    lengths = list(map(len, ids))
-    return min(lengths) >= 1 and max(lengths) <= MAX_ID_LENGTH
-
-
-def _all_valid_ts(stamps: list[Any]) -> bool:
-    kinds = set(map(type, stamps))
-    if not kinds <= {str, int, float}:
-        return False
-    if kinds == {str}:
-        return all_valid_text_timestamps(stamps)
-    return all(map(valid_timestamp, stamps))
-
-
-def _row_ts_ok(row: dict[str, Any]) -> bool:
-    return TS not in row or valid_timestamp(row[TS])
-
-
-def _strings(labels: list[Any], ids: list[Any], stamps: list[Any]) -> list[str]:
-    """Every decoded string value of the rows (the field names are accounted for separately)."""
-    label_types = set(map(type, labels))
-    if label_types == {int}:
-        strings: list[str] = []
-    elif label_types == {str}:
-        strings = list(labels)
-    else:
-        strings = [label for label in labels if type(label) is str]
-    strings.extend(ids)
-    if stamps:
-        strings.extend(stamp for stamp in stamps if type(stamp) is str)
-    return strings
-
-
-def _expected_markers(keys: int, rows: int, strings: list[str], named_features: list[Any]) -> int:
-    """Marker bytes the decoded rows account for (see :mod:`consumers._scan`)."""
-    total = (
-        QUOTES_PER_STRING * keys
-        + FIXED_FIELD_MARKERS * rows
-        + QUOTES_PER_STRING * len(strings)
-        + count_text_markers("".join(strings))
-    )
-    if named_features:
-        total += QUOTES_PER_STRING * sum(map(len, named_features))
-        total += count_text_markers("".join(chain.from_iterable(named_features)))
-    return total
-
-
-def _markers_balance(
-    values: list[Any], rows: list[dict[str, Any]], keys: int, strings: list[str], named: bool
-) -> bool:
-    try:
-        raw = count_markers(values)
-    except TypeError:
-        return False
-    features = list(map(_get_features, rows)) if named else []
-    return raw == _expected_markers(keys, len(rows), strings, features)
-
-
-def _marker_verdict(values: list[Any], rows: list[dict[str, Any]], named: bool) -> list[bool]:
-    if set(map(type, values)) != {bytes}:
-        return [type(value) is bytes for value in values]
-    found = count_markers_each(values)
-    verdict: list[bool] = []
-    for count, row in zip(found.tolist(), rows, strict=True):
-        ids = [row[ID]] if ID in row else []
-        stamps = [row[TS]] if TS in row else []
-        strings = _strings([row[LABEL]], ids, stamps)
-        features = [row[FEATURES]] if named else []
-        verdict.append(count == _expected_markers(len(row), 1, strings, features))
-    return verdict
-
-
-def _row_id_ok(row: dict[str, Any]) -> bool:
-    if ID not in row:
-        return True
-    try:
-        _check_id(row[ID])
-    except InvalidEventError:
-        return False
-    return True
-
-
-def _spans(
-    records: Sequence[SourceRecord], row_index: NDArray[np.int64]
-) -> tuple[PartitionSpan, ...]:
-    keys = list(map(_get_partition_key, records))
-    if not keys:
-        return ()
-    if keys.count(keys[0]) == len(keys):
-        runs = [(keys[0], len(keys))]
-    else:
-        runs = [(key, sum(1 for _ in run)) for key, run in groupby(keys)]
-    spans: list[PartitionSpan] = []
-    start = 0
-    for (topic, partition), length in runs:
-        stop = start + length
-        spans.append(
-            PartitionSpan(
-                topic=topic,
-                partition=partition,
-                first_offset=records[start].offset,
-                last_offset=records[stop - 1].offset,
-                row_start=int(np.searchsorted(row_index, start)),
-                row_stop=int(np.searchsorted(row_index, stop)),
-                records=length,
-            )
-        )
-        start = stop
-    return tuple(spans)
-
-
-def _rejection(record: SourceRecord, reason: str, message: str) -> Rejection:
-    return Rejection(
-        reason=reason,
-        message=message,
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        value=record.value,
-        headers=tuple(record.headers or ()),
-        key=record.key,
-    )

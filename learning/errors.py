@@ -21,6 +21,8 @@ FEATURE_ERROR_CODES = frozenset(
         "too_large",
         "empty_features",
         "unknown_feature",
+        "too_many_features",
+        "bad_feature_name",
     }
 )
 """Stable codes carried by :class:`FeatureError`."""

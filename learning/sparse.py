@@ -73,6 +73,26 @@ class CSRBatch:
             dimension=self.dimension,
         )
 
+    def take(self, order: NDArray[np.int64]) -> CSRBatch:
+        """The rows in ``order`` (a permutation or any selection of row numbers), as a new batch.
+
+        >>> batch = CSRBatch.from_dense(np.array([[1.0, 0.0], [0.0, 2.0]]))
+        >>> batch.take(np.array([1, 0])).to_dense().tolist()
+        [[0.0, 2.0], [1.0, 0.0]]
+        """
+        rows = np.asarray(order, dtype=np.int64)
+        starts, stops = self.indptr[rows], self.indptr[rows + 1]
+        lengths = stops - starts
+        indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        positions = np.repeat(starts - indptr[:-1], lengths) + np.arange(int(indptr[-1]))
+        return CSRBatch(
+            indptr=indptr,
+            indices=self.indices[positions],
+            values=self.values[positions],
+            dimension=self.dimension,
+        )
+
     def with_dimension(self, dimension: int) -> CSRBatch:
         """The same rows declared ``dimension`` wide (columns must fit; checked)."""
         if self.nnz and int(self.indices.max()) >= dimension:

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from learning._base import LinearLearner
 from learning.bounds import BoundTracker
 from learning.predictor import check_matrix
+from learning.sparse import CSRBatch
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class EpochReport:
 
 def fit_epochs(  # noqa: PLR0917 - the signature of the design contract
     learner: LinearLearner,
-    X: NDArray[np.float64],
+    X: NDArray[np.float64] | CSRBatch,
     y: NDArray[Any],
     max_epochs: int,
     shuffle_seed: int | None = None,
@@ -62,7 +63,8 @@ def fit_epochs(  # noqa: PLR0917 - the signature of the design contract
     learner
         Any perceptron learner; it keeps learning from its current state.
     X, y
-        Encoded events and their codes (±1 or class indices), as for ``learn_batch``.
+        Encoded events (dense rows or a :class:`~learning.sparse.CSRBatch`) and their codes (±1
+        or class indices), as for ``learn_batch``.
     max_epochs
         Upper bound on the number of epochs.
     shuffle_seed
@@ -82,7 +84,7 @@ def fit_epochs(  # noqa: PLR0917 - the signature of the design contract
     """
     if max_epochs < 1:
         raise ValueError(f"max_epochs must be at least 1, got {max_epochs}")
-    matrix = check_matrix(X)
+    matrix = X.validate() if isinstance(X, CSRBatch) else check_matrix(X)
     targets = np.asarray(y)
     if targets.shape != (matrix.shape[0],):
         raise ValueError(f"y must have shape ({matrix.shape[0]},), got {targets.shape}")
@@ -93,7 +95,8 @@ def fit_epochs(  # noqa: PLR0917 - the signature of the design contract
             X_epoch, y_epoch = matrix, targets
         else:
             order = shuffler.permutation(matrix.shape[0])
-            X_epoch, y_epoch = matrix[order], targets[order]
+            X_epoch = matrix.take(order) if isinstance(matrix, CSRBatch) else matrix[order]
+            y_epoch = targets[order]
         result = learner.learn_batch(X_epoch, y_epoch)
         if tracker is not None:
             tracker.observe_batch(X_epoch, y_epoch, result)

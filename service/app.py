@@ -289,7 +289,6 @@ def create_app(
         limits=PredictLimits(
             max_body_bytes=settings.http.max_body_bytes,
             max_batch_size=settings.http.max_batch_size,
-            max_features=settings.http.max_features,
         ),
         default_predictor=settings.model.predictor,
     )
@@ -313,7 +312,7 @@ def _add_predict_route(app: NovikoffApp, settings: Settings) -> None:
             "current model snapshot. `predictor` picks `last`, `averaged` or `voted` (default: "
             f"`{settings.model.predictor}`). Limits: {settings.http.max_body_bytes} bytes per "
             f"body, {settings.http.max_batch_size} instances per batch, "
-            f"{settings.http.max_features} features per instance."
+            f"{settings.model.max_features_per_event} features per instance."
         ),
         openapi_extra={"requestBody": schemas.predict_request_body(settings)},
         responses={

@@ -41,12 +41,19 @@ class ReferenceError(ValueError):
 
 def build_encoder(model: ModelSettings) -> Encoder:
     """The encoder named by ``model.encoding``."""
+    limit = model.max_features_per_event
     if model.encoding == "schema":
-        return SchemaEncoder(list(model.feature_names), bias=model.bias)
+        return SchemaEncoder(
+            list(model.feature_names), bias=model.bias, max_features_per_event=limit
+        )
     if model.encoding == "hashing":
-        return HashingEncoder(model.hashing_bits, bias=model.bias)
+        return HashingEncoder(
+            model.hashing_bits, bias=model.bias, hash=model.hashing, max_features_per_event=limit
+        )
     if model.encoding == "vocabulary":
-        return VocabularyEncoder(bias=model.bias, max_features=model.vocabulary_size)
+        return VocabularyEncoder(
+            bias=model.bias, max_features=model.vocabulary_size, max_features_per_event=limit
+        )
     return DenseEncoder(model.dim, bias=model.bias)
 
 

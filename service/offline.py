@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers.events import DecodedBatch, EventDecoder, LabelLookup, Record
+from consumers.events import DecodedBatch, EventDecoder, LabelLookup, Matrix, Record, stack_rows
 from learning import BoundTracker, EpochReport, MulticlassPerceptron, fit_epochs
 from service.model import Learner, build_learner, build_tracker
 from service.produce import file_records
@@ -34,9 +34,10 @@ EXIT_NO_EVENTS = 1
 
 @dataclass
 class DecodedFile:
-    """The valid events of a file as (X, y) and the rejected ones counted by reason."""
+    """The valid events of a file as (X, y) and the rejected ones counted by reason (X is CSR
+    for object-valued encoders, as the consumer decodes it)."""
 
-    X: NDArray[np.float64]
+    X: Matrix
     y: NDArray[Any]
     invalid: Counter[str] = field(default_factory=Counter)
 
@@ -46,7 +47,7 @@ def decode_values(
 ) -> DecodedFile:
     """Decode record values in order, in batches the decoder can hold."""
     size = decoder.max_batch_rows
-    parts_X: list[NDArray[np.float64]] = []
+    parts_X: list[Matrix] = []
     parts_y: list[NDArray[Any]] = []
     invalid: Counter[str] = Counter()
     for start in range(0, len(values), size):
@@ -58,21 +59,9 @@ def decode_values(
         parts_X.append(batch.X)
         parts_y.append(batch.y)
         invalid.update(rejection.reason for rejection in batch.rejections)
-    width = decoder.encoder.dimension
-    X = _stack(parts_X, width)
+    X = stack_rows(parts_X, decoder.encoder.dimension) if parts_X else decoder.empty_matrix()
     y = np.concatenate(parts_y) if parts_y else np.empty(0)
     return DecodedFile(X, y, invalid)
-
-
-def _stack(parts: list[NDArray[np.float64]], width: int) -> NDArray[np.float64]:
-    """Rows of every part, zero-padded to ``width`` (a vocabulary may have grown meanwhile)."""
-    rows = sum(part.shape[0] for part in parts)
-    X = np.zeros((rows, width))
-    start = 0
-    for part in parts:
-        X[start : start + part.shape[0], : part.shape[1]] = part
-        start += part.shape[0]
-    return X
 
 
 def decoder_for(learner: Learner, labels_in_order: Iterable[Hashable] = ()) -> EventDecoder:
@@ -124,7 +113,14 @@ def fit_file(
         print(f"{path}: no valid events", file=sys.stderr)
         return EXIT_NO_EVENTS
     tracker = build_tracker(settings, learner.encoder.dimension)
-    reports = fit_epochs(learner, decoded.X, decoded.y, epochs, shuffle_seed, tracker)
+    reports = fit_epochs(
+        learner,
+        decoded.X,
+        decoded.y,
+        epochs,
+        shuffle_seed,
+        tracker,
+    )
     print(f"{decoded.X.shape[0]} events from {path}", file=out)
     for report in reports:
         print(format_epoch(report), file=out)

@@ -1,12 +1,15 @@
 """``POST /predict`` without a framework in the way: bytes in, bytes out.
 
 The request body is parsed by orjson and checked by hand (no pydantic on the hot path); features
-go through the consumer's :func:`~consumers.events.validate_features`, so HTTP refuses exactly
-what the consumer refuses, with the same codes. A batch of dense instances is first read by a
-compiled reader straight into the feature matrix (:mod:`service._fastbody`, exact or silent);
-otherwise it is parsed by orjson, checked and converted in bulk, and only when the bulk check
-fails are rows inspected one by one to say which ones are wrong. Predictions read one immutable
-model snapshot per request.
+go through the consumer's :func:`~consumers.events.validate_features` (dense) or
+:func:`~consumers.events.validate_sparse_features` and the encoder's ``encode_sparse_batch``
+(object-valued features, which become a :class:`~learning.sparse.CSRBatch` as in the consumer,
+never a dense row), so HTTP refuses exactly what the consumer refuses, with the same codes, the
+per-event feature bound (``too_many_features``) included. A batch of dense instances is first
+read by a compiled reader straight into the feature matrix (:mod:`service._fastbody`, exact or
+silent); otherwise it is parsed by orjson, checked and converted in bulk, and only when the bulk
+check fails are rows inspected one by one to say which ones are wrong. Predictions read one
+immutable model snapshot per request.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers.events import validate_features
+from consumers.events import Matrix, stack_rows, validate_features, validate_sparse_features
 from consumers.fastjson import count_markers
 from learning import DenseEncoder, FeatureError, Predictor
-from learning.encoders import MAX_ABS_FEATURE, Encoder
+from learning.encoders import MAX_ABS_FEATURE, Encoder, as_sparse
 from service._fastbody import DenseInstances, parse_dense_instances
 from service.problems import FieldError, Problem
 
@@ -49,11 +52,21 @@ JSON_SUFFIX = "+json"
 
 @dataclass(frozen=True)
 class PredictLimits:
-    """The request limits of ``POST /predict``."""
+    """The request limits of ``POST /predict`` (the features per instance are bounded by the
+    encoder's ``max_features_per_event``, as in the consumer)."""
 
     max_body_bytes: int
     max_batch_size: int
-    max_features: int
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """A valid request body: the instances' x̃ (CSR for object-valued encoders), the predictor
+    and whether the body was a batch (``instances``) or one instance (``features``)."""
+
+    X: Matrix
+    predictor: str
+    batch: bool
 
 
 def is_json_media_type(content_type: str | None) -> bool:
@@ -93,6 +106,7 @@ class PredictHandler:
         self._limits = limits
         self._default_predictor = default_predictor
         self._dense_width = encoder.n_features if isinstance(encoder, DenseEncoder) else None
+        self._sparse = as_sparse(encoder)
 
     @property
     def limits(self) -> PredictLimits:
@@ -107,28 +121,39 @@ class PredictHandler:
         Problem
             400 for a body that is not JSON, 422 for one that is not a valid request.
         """
+        request = self.read(body)
+        if request.batch:
+            return self._batch_response(request.X, request.predictor)
+        predictor = self._snapshot()
+        labels, scores = _predict(predictor, request.X, request.predictor, batch=False)
+        return orjson.dumps(
+            {
+                "label": labels[0],
+                "score": scores[0],
+                "model_version": predictor.version,
+                "predictor": request.predictor,
+            }
+        )
+
+    def read(self, body: bytes) -> PredictRequest:
+        """The request a body makes, validated and encoded (no prediction yet).
+
+        Raises
+        ------
+        Problem
+            400 for a body that is not JSON, 422 for one that is not a valid request.
+        """
         fast = self._read_dense_batch(body)
         if fast is not None:
-            request: dict[str, Any] = (
-                {} if fast.predictor is None else {"predictor": fast.predictor}
-            )
-            return self._batch_response(fast.X, self._predictor_name(request))
+            named: dict[str, Any] = {} if fast.predictor is None else {"predictor": fast.predictor}
+            return PredictRequest(fast.X, self._predictor_name(named), batch=True)
         request = _parse(body)
         predictor_name = self._predictor_name(request)
-        predictor = self._snapshot()
         if "features" in request:
             X = self._encode_one(request["features"], "/features")
-            labels, scores = _predict(predictor, X, predictor_name, batch=False)
-            return orjson.dumps(
-                {
-                    "label": labels[0],
-                    "score": scores[0],
-                    "model_version": predictor.version,
-                    "predictor": predictor_name,
-                }
-            )
+            return PredictRequest(X, predictor_name, batch=False)
         X = self._encode_instances(request["instances"], body, request.get("predictor"))
-        return self._batch_response(X, predictor_name)
+        return PredictRequest(X, predictor_name, batch=True)
 
     def _read_dense_batch(self, body: bytes) -> DenseInstances | None:
         """The batch of a dense model read by the compiled reader, or None (general path)."""
@@ -143,7 +168,7 @@ class PredictHandler:
             max_instances=self._limits.max_batch_size,
         )
 
-    def _batch_response(self, X: NDArray[np.float64], predictor_name: str) -> bytes:
+    def _batch_response(self, X: Matrix, predictor_name: str) -> bytes:
         predictor = self._snapshot()
         labels, scores = _predict(predictor, X, predictor_name, batch=True)
         predictions = [
@@ -169,8 +194,13 @@ class PredictHandler:
 
     # -- features -----------------------------------------------------------------------------
 
-    def _encode_one(self, features: object, pointer: str) -> NDArray[np.float64]:
-        """x̃ of one instance as a (1, dimension) matrix."""
+    def _encode_one(self, features: object, pointer: str) -> Matrix:
+        """x̃ of one instance as a (1, dimension) matrix (one CSR row when object-valued)."""
+        if self._sparse is not None:
+            try:
+                return validate_sparse_features(features, self._sparse)
+            except FeatureError as exc:
+                raise _invalid(pointer, exc.code, exc.message) from None
         width = self._dense_width
         if (
             width is not None
@@ -184,27 +214,13 @@ class PredictHandler:
         ):
             row = [1.0, *features] if self._encoder.bias else features
             return np.array([row], dtype=np.float64)
-        error = self._feature_count_error(features, pointer)
-        if error is not None:
-            raise _invalid_many([error])
         try:
             vector = validate_features(features, self._encoder)
         except FeatureError as exc:
             raise _invalid(pointer, exc.code, exc.message) from None
         return vector.reshape(1, -1)
 
-    def _feature_count_error(self, features: object, pointer: str) -> FieldError | None:
-        if isinstance(features, dict | list) and len(features) > self._limits.max_features:
-            return FieldError(
-                pointer,
-                "too_many_features",
-                f"{len(features)} features; the limit is {self._limits.max_features}",
-            )
-        return None
-
-    def _encode_instances(
-        self, instances: object, body: bytes, predictor: object
-    ) -> NDArray[np.float64]:
+    def _encode_instances(self, instances: object, body: bytes, predictor: object) -> Matrix:
         if type(instances) is not list:
             raise _invalid(
                 "/instances", "wrong_type", f"instances must be an array, got {_kind(instances)}"
@@ -219,6 +235,11 @@ class PredictHandler:
                 f"{count} instances; the limit is {self._limits.max_batch_size} per request",
             )
         rows = _features_of(instances)
+        if rows is not None and self._sparse is not None:
+            try:
+                return self._sparse.encode_sparse_batch(rows)
+            except FeatureError:
+                pass  # the row path says which instances are wrong
         width = self._dense_width
         if (
             rows is not None
@@ -255,18 +276,16 @@ class PredictHandler:
         X[:, 1:] = values
         return X
 
-    def _encode_rows(self, instances: list[Any]) -> NDArray[np.float64]:
+    def _encode_rows(self, instances: list[Any]) -> Matrix:
         """One row at a time, collecting what is wrong with each bad instance."""
-        vectors: list[NDArray[np.float64]] = []
+        rows: list[Matrix] = []
         errors: list[FieldError] = []
         for index, instance in enumerate(instances):
             pointer = f"/instances/{index}"
             error = _instance_error(instance, pointer)
             if error is None:
-                error = self._feature_count_error(instance["features"], pointer + "/features")
-            if error is None:
                 try:
-                    vectors.append(validate_features(instance["features"], self._encoder))
+                    rows.append(self._encode_features(instance["features"]))
                     continue
                 except FeatureError as exc:
                     error = FieldError(pointer + "/features", exc.code, exc.message)
@@ -275,11 +294,13 @@ class PredictHandler:
                 break
         if errors:
             raise _invalid_many(errors)
-        width = max(vector.shape[0] for vector in vectors)
-        X = np.zeros((len(vectors), width), dtype=np.float64)
-        for row, vector in enumerate(vectors):
-            X[row, : vector.shape[0]] = vector
-        return X
+        return stack_rows(rows, self._encoder.dimension)
+
+    def _encode_features(self, features: object) -> Matrix:
+        """One instance's x̃ as one row, or the encoder's :class:`FeatureError`."""
+        if self._sparse is not None:
+            return validate_sparse_features(features, self._sparse)
+        return validate_features(features, self._encoder).reshape(1, -1)
 
 
 def only_numbers_in_features(body: bytes, instances: int, predictor: object) -> bool:
@@ -377,8 +398,10 @@ def _instance_error(instance: object, pointer: str) -> FieldError | None:
 
 
 def _predict(
-    predictor: Predictor, X: NDArray[np.float64], name: str, batch: bool
+    predictor: Predictor, X: Matrix, name: str, batch: bool
 ) -> tuple[list[Any], list[float | None]]:
+    # X is CSR for object-valued encoders: the predictors take it once the sparse learning core
+    # is in (issue 14); ``name`` is one of PREDICTORS, checked by _predictor_name.
     try:
         codes, scores = predictor.predict_codes(X, name)  # type: ignore[arg-type]
     except FeatureError as exc:

@@ -154,13 +154,14 @@ def features_schema(settings: Settings) -> dict[str, Any]:
             "properties": dict.fromkeys(model.feature_names, number),
             "additionalProperties": False,
             "minProperties": 1,
+            "maxProperties": model.max_features_per_event,
             "description": "Feature name to finite number; absent features are 0.",
         }
     return {
         "type": "object",
         "additionalProperties": number,
         "minProperties": 1,
-        "maxProperties": settings.http.max_features,
+        "maxProperties": model.max_features_per_event,
         "description": "Feature name to finite number; absent features are 0.",
     }
 

@@ -38,6 +38,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
 from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ HTTP tokens."""
 ProbePath = Literal["/metrics", "/healthz", "/readyz"]
 PROBE_PATHS: tuple[ProbePath, ...] = ("/metrics", "/healthz", "/readyz")
 """The routes that are open by default (probes and Prometheus) and can be closed."""
+MOVED_SETTINGS = {"max_features": "model.max_features_per_event"}
+"""HTTP settings that moved, and where to: naming one gives that hint instead of "unknown"."""
 
 DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
@@ -201,6 +204,8 @@ class ModelSettings(_Section):
     dim: int = Field(default=2, ge=1, le=DEFAULT_MAX_FEATURES)
     feature_names: tuple[str, ...] = ()
     hashing_bits: int = Field(default=10, ge=1, le=MAX_HASHING_BITS)
+    hashing: HashName = DEFAULT_HASH
+    max_features_per_event: int = Field(default=DEFAULT_MAX_FEATURES_PER_EVENT, ge=1)
     vocabulary_size: int = Field(default=DEFAULT_VOCABULARY_SIZE, ge=1)
     bias: bool = True
     predictor: Literal["last", "averaged", "voted"] = "averaged"
@@ -297,7 +302,6 @@ class HttpSettings(_Section):
     port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65_535)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=64)
     max_batch_size: int = Field(default=DEFAULT_MAX_BATCH_SIZE, ge=1)
-    max_features: int = Field(default=DEFAULT_MAX_FEATURES, ge=1)
     access_log: bool = False
     auth: Literal["none", "token"] = "none"
     tokens_file: Path | None = None
@@ -333,6 +337,17 @@ class HttpSettings(_Section):
             options["ssl_ca_certs"] = str(self.ssl_ca_certs)
         options["ssl_cert_reqs"] = ssl.CERT_REQUIRED if self.require_client_cert else ssl.CERT_NONE
         return options
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for old, new in MOVED_SETTINGS.items():
+                if old in data:
+                    raise ValueError(
+                        f"http.{old} moved to {new} (the consumer and HTTP share one bound)"
+                    )
+        return data
 
 
 class CheckpointSettings(_Section):

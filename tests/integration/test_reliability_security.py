@@ -49,8 +49,11 @@ pytestmark = pytest.mark.integration
 LOOPBACK_HEX = "0100007F"
 LISTEN_STATE = "0A"
 READ_ONLY_METHODS = {"get", "head"}
-VOCABULARY_TOML = '[model]\nvariant = "binary"\nencoding = "vocabulary"\nbias = true\n'
-LIMITS_TOML = "[http]\nmax_body_bytes = 65536\nmax_batch_size = 16\nmax_features = 32\n"
+VOCABULARY_TOML = (
+    '[model]\nvariant = "binary"\nencoding = "vocabulary"\nbias = true\n'
+    "max_features_per_event = 32\n"
+)
+LIMITS_TOML = "[http]\nmax_body_bytes = 65536\nmax_batch_size = 16\n"
 MAX_BODY = 65_536
 MAX_BATCH = 16
 MAX_FEATURES = 32

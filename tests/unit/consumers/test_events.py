@@ -25,6 +25,7 @@ from consumers.events import (
 )
 from learning import (
     ClassIndex,
+    CSRBatch,
     DenseEncoder,
     FeatureError,
     HashingEncoder,
@@ -287,7 +288,8 @@ def test_named_features_with_a_schema() -> None:
             ]
         )
     )
-    assert batch.X.tolist() == [[1.0, 0.0, 0.9], [1.0, 1.0, 2.0], [1.0, 3.0, 0.0]]
+    assert isinstance(batch.X, CSRBatch)
+    assert batch.X.to_dense().tolist() == [[1.0, 0.0, 0.9], [1.0, 1.0, 2.0], [1.0, 3.0, 0.0]]
     assert [r.reason for r in batch.rejections] == [
         "unknown_feature",
         "duplicate_key",
@@ -300,7 +302,8 @@ def test_hashed_features_match_the_encoder() -> None:
     encoder = HashingEncoder(n_bits=4)
     dec = EventDecoder(encoder, LABELS)
     batch = dec.decode_batch(records([b'{"features": {"colour": 2, "size": -1.5}, "label": 1}']))
-    assert batch.X.tobytes() == encoder.encode({"colour": 2, "size": -1.5}).tobytes()
+    assert isinstance(batch.X, CSRBatch)
+    assert batch.X.to_dense()[0].tobytes() == encoder.encode({"colour": 2, "size": -1.5}).tobytes()
 
 
 def test_validate_features_is_the_http_check() -> None:

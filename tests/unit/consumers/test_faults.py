@@ -113,7 +113,8 @@ def test_a_codec_error_reports_its_fix_once_counts_every_retry_and_clears(
     # Four failed attempts, one ERROR line naming the fix.
     (line,) = error_lines(caplog)
     assert "cannot be decoded" in line and "python-snappy" in line
-    assert runner.connected and runner.fault is None and runner.not_ready_reason is None
+    wait_until(lambda: runner.connected)  # set by the runner's loop after the batch it applied
+    assert runner.fault is None and runner.not_ready_reason is None
     assert engine.snapshot.seen == len(log)
     assert runner.stop(timeout=TIMEOUT_S)
 

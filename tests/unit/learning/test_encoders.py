@@ -15,7 +15,11 @@ from learning import (
     SchemaEncoder,
     VocabularyEncoder,
 )
-from learning.encoders import MAX_ABS_FEATURE, encoder_from_state
+from learning.encoders import (
+    DEFAULT_MAX_FEATURES_PER_EVENT,
+    MAX_ABS_FEATURE,
+    encoder_from_state,
+)
 
 
 def code_of(action: object) -> str:
@@ -121,7 +125,7 @@ def test_bad_rows_never_grow_the_vocabulary() -> None:
     small.encode({"a": 1.0}, grow=True)
     assert code_of(lambda: small.encode({"b": 1.0, "c": 1.0}, grow=True)) == "unknown_feature"
     assert small.vocabulary == ("a",)
-    assert code_of(lambda: small.encode({(1, 2): 1.0}, grow=True)) == "wrong_type"
+    assert code_of(lambda: small.encode({(1, 2): 1.0}, grow=True)) == "bad_feature_name"
 
 
 def test_vocabulary_accepts_int_names_distinct_from_strings() -> None:
@@ -129,8 +133,8 @@ def test_vocabulary_accepts_int_names_distinct_from_strings() -> None:
     assert encoder.encode({1: 1.0, "1": 2.0}, grow=True).tolist() == [1.0, 2.0]
 
 
-def test_hashing_is_signed_stable_and_bounded() -> None:
-    encoder = HashingEncoder(n_bits=16)
+def test_blake2b_hashing_is_signed_stable_and_bounded() -> None:
+    encoder = HashingEncoder(n_bits=16, hash="blake2b")
     colour, colour_sign = encoder.bucket("colour")
     size, size_sign = encoder.bucket("size")
     vector = encoder.encode({"colour": 2.0, "size": 3.0})
@@ -148,10 +152,12 @@ def test_hashing_is_signed_stable_and_bounded() -> None:
     assert code_of(lambda: encoder.encode({"a": "red"})) == "non_numeric"
     with pytest.raises(ValueError):
         HashingEncoder(n_bits=30)
+    with pytest.raises(ValueError):
+        HashingEncoder(n_bits=4, hash="md5")  # type: ignore[arg-type]
 
 
 def test_hashing_rejects_collisions_that_exceed_the_magnitude_limit() -> None:
-    encoder = HashingEncoder(n_bits=1, bias=False)
+    encoder = HashingEncoder(n_bits=1, bias=False, hash="blake2b")
     names = [f"n{i}" for i in range(40)]
     same = [n for n in names if encoder.bucket(n) == encoder.bucket(names[0])][:2]
     assert len(same) == 2
@@ -167,12 +173,23 @@ def test_encoders_rebuild_from_state() -> None:
         SchemaEncoder(["a", "b"]),
         vocabulary,
         HashingEncoder(n_bits=3),
+        HashingEncoder(n_bits=3, hash="blake2b", max_features_per_event=7),
     ):
         rebuilt = encoder_from_state(encoder.to_state())
         assert rebuilt.to_state() == encoder.to_state()
         assert rebuilt.coordinate_names == encoder.coordinate_names
     with pytest.raises(ValueError):
         encoder_from_state({"kind": "pickle", "bias": True})
+    with pytest.raises(ValueError):
+        encoder_from_state({"kind": "hashing", "bias": True, "n_bits": 3, "hash": "md5"})
+
+
+def test_state_saved_before_the_hash_choice_loads_as_blake2b() -> None:
+    old = encoder_from_state({"kind": "hashing", "n_bits": 5, "bias": True})
+    assert isinstance(old, HashingEncoder)
+    assert (old.hash, old.max_features_per_event) == ("blake2b", DEFAULT_MAX_FEATURES_PER_EVENT)
+    assert old.bucket("colour") == HashingEncoder(5, hash="blake2b").bucket("colour")
+    assert old.bucket("colour") != HashingEncoder(5).bucket("colour")  # control: murmur3 differs
 
 
 def test_feature_error_rejects_unknown_codes() -> None:

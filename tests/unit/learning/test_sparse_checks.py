@@ -17,6 +17,7 @@ from learning import (
     Perceptron,
     VocabularyEncoder,
     dump_state,
+    fit_epochs,
 )
 from learning.sparse import CSRBatch
 
@@ -234,3 +235,20 @@ def test_a_large_sparse_batch_checked_inside_the_kernel_is_all_or_nothing(bad_va
     for start in range(0, 4000, 10):
         other.learn_batch(batch.select(start, start + 10), y[start : start + 10])
     assert dump_state(other) == dump_state(model)
+
+
+def test_fit_epochs_takes_csr_and_shuffles_like_dense() -> None:
+    rng = np.random.default_rng(3)
+    dense = np.hstack([np.ones((40, 1)), rng.integers(-2, 3, size=(40, 5)).astype(float)])
+    y = np.where(dense[:, 1] + 0.5 * dense[:, 2] > 0, 1.0, -1.0)
+
+    def run(X: object) -> tuple[list[int], bytes]:
+        model = Perceptron(label_map=LabelMap({1: 1, -1: -1}), encoder=DenseEncoder(5))
+        reports = fit_epochs(model, X, y, 5, shuffle_seed=7)  # type: ignore[arg-type]
+        return [r.updates for r in reports], model.weights.tobytes()
+
+    assert run(CSRBatch.from_dense(dense)) == run(dense)
+    # Control: another shuffle gives another run, so the comparison sees the order.
+    model = Perceptron(label_map=LabelMap({1: 1, -1: -1}), encoder=DenseEncoder(5))
+    other = fit_epochs(model, dense, y, 5, shuffle_seed=8)
+    assert ([r.updates for r in other], model.weights.tobytes()) != run(dense)

@@ -25,7 +25,7 @@ def pla_settings(**http: Any) -> Settings:
     return load_settings(
         model={"dim": 1},
         bound={"references": [{"name": "u", "weights": [0.0, -1.0]}]},
-        http={"max_body_bytes": 4096, "max_batch_size": 8, "max_features": 16, **http},
+        http={"max_body_bytes": 4096, "max_batch_size": 8, **http},
     )
 
 
@@ -254,7 +254,7 @@ def test_too_many_features_are_refused(
     runner: FakeRunner, registry: CollectorRegistry, tmp_path: Path
 ) -> None:
     settings = load_settings(
-        model={"encoding": "hashing", "hashing_bits": 4}, http={"max_features": 3}
+        model={"encoding": "hashing", "hashing_bits": 4, "max_features_per_event": 3}
     )
     engine = trained_engine(settings, [], tmp_path)
     with TestClient(create_app(settings, engine, runner, Metrics(registry))) as test_client:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from learning import HashingEncoder
+from service.model import build_encoder
 from service.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -199,3 +201,24 @@ def test_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("NOVIKOFF_HTTP__PORT", "eighty")
     with pytest.raises(SettingsError, match=r"http\.port"):
         load_settings()
+
+
+def test_the_per_event_bound_and_the_hash_reach_the_encoder(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[model]\nencoding = "hashing"\nhashing = "blake2b"\nmax_features_per_event = 7\n',
+    )
+    encoder = build_encoder(load_settings(path).model)
+    assert isinstance(encoder, HashingEncoder)
+    assert (encoder.hash, encoder.max_features_per_event) == ("blake2b", 7)
+    default = build_encoder(load_settings(model={"encoding": "hashing"}).model)
+    assert isinstance(default, HashingEncoder)
+    assert (default.hash, default.max_features_per_event) == ("murmur3", 10_000)
+    with pytest.raises(SettingsError, match="hashing"):
+        load_settings(model={"encoding": "hashing", "hashing": "md5"})
+
+
+def test_the_moved_http_feature_limit_says_where_it_went(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"model\.max_features_per_event"):
+        load_settings(write(tmp_path, "[http]\nmax_features = 32\n"))
+    assert load_settings(write(tmp_path, "[http]\nmax_batch_size = 32\n")).http.max_batch_size == 32
