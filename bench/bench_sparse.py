@@ -41,8 +41,8 @@ import math
 import subprocess
 import sys
 import time
-from functools import partial
 from collections.abc import Hashable
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
