@@ -8,8 +8,10 @@ a consumer holds one poll at a time), takes a checkpoint
 object:
 
 ``peak_rss_bytes``
-    The process's peak resident size (``getrusage`` ``ru_maxrss``, the kernel's VmHWM): the
-    interpreter, every imported library, the compiled kernels, the model and the poll batches.
+    The process's peak resident size (``VmHWM`` of ``/proc/self/status``): the interpreter,
+    every imported library, the compiled kernels, the model and the poll batches. (Not
+    ``getrusage``'s ``ru_maxrss``: Linux carries it across ``execve``, so a child started by a
+    large parent would report the parent's peak.)
 ``peak_rss_after_imports_bytes``, ``peak_rss_after_first_batch_bytes``
     The same peak when the model is built (libraries imported, nothing learned) and after the
     first poll batch (the compiled kernels loaded): what the stream itself adds is the rest.
@@ -25,8 +27,8 @@ benchmarks' streams, river) is not counted.
 from __future__ import annotations
 
 import json
-import resource
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench.bench_pipeline import PARTITION, TOPIC, Pipeline, consumer_records
@@ -34,6 +36,8 @@ from bench.sparse_stream import WordStream
 from service.settings import Settings, load_settings
 
 KIB = 1024
+STATUS = Path("/proc/self/status")
+PEAK_FIELD = "VmHWM:"
 USAGE = "usage: python -m bench.sparse_memory EVENTS BITS"
 ARGUMENTS = 2
 
@@ -44,8 +48,11 @@ def sparse_settings(bits: int) -> Settings:
 
 
 def peak_rss() -> int:
-    """This process's peak resident size so far, in bytes (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KIB
+    """This process's peak resident size so far, in bytes (``VmHWM``; Linux reports KiB)."""
+    for line in STATUS.read_text(encoding="ascii").splitlines():
+        if line.startswith(PEAK_FIELD):
+            return int(line.split()[1]) * KIB
+    raise RuntimeError(f"no {PEAK_FIELD} in {STATUS}")
 
 
 def measure(events: int, bits: int) -> dict[str, Any]:
