@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from operator import attrgetter
 from typing import Any
@@ -73,6 +73,11 @@ def make_settings(dimension: int, stream: SyntheticStream) -> Settings:
 
 def make_records(stream: SyntheticStream, count: int) -> list[Any]:
     """``count`` events of ``stream`` as kafka-python ``ConsumerRecord`` objects (one partition)."""
+    return consumer_records([value for _, value in stream.records(count)])
+
+
+def consumer_records(values: Iterable[bytes], first_offset: int = 0) -> list[Any]:
+    """Record values as kafka-python ``ConsumerRecord`` objects of one partition, in order."""
     return [
         ConsumerRecord(
             TOPIC,
@@ -89,7 +94,7 @@ def make_records(stream: SyntheticStream, count: int) -> list[Any]:
             len(value),
             NO_SIZE,
         )
-        for offset, (_, value) in enumerate(stream.records(count))
+        for offset, value in enumerate(values, start=first_offset)
     ]
 
 

@@ -1,0 +1,48 @@
+"""The sparse benchmark's own correctness checks and its memory probe."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import ResultMismatchError
+from bench.bench_sparse import check_against_reference, encoded_batches, ours_batch
+from bench.sparse_memory import measure
+from bench.sparse_stream import WORDS_PER_EVENT, WordStream
+from learning import HashingEncoder
+
+BITS = 10
+EVENTS = 300
+PROBE_EVENTS = 500
+
+
+def test_the_stream_is_reproducible_bags_of_twenty_words() -> None:
+    rows, signs = WordStream().events(EVENTS)
+    again, again_signs = WordStream().events(EVENTS)
+    assert rows == again and signs.tolist() == again_signs.tolist()
+    assert all(sum(row.values()) == WORDS_PER_EVENT for row in rows)
+    assert set(signs.tolist()) == {-1.0, 1.0}
+    # Control: another seed gives another stream.
+    assert WordStream(seed=1).events(EVENTS)[0] != rows
+
+
+def test_the_feature_hasher_reference_accepts_our_learner_and_refuses_another() -> None:
+    rows, signs = WordStream().events(EVENTS)
+    batches = encoded_batches(HashingEncoder(BITS), rows)
+    check_against_reference(BITS, "learn_batch", ours_batch(BITS, batches, signs), rows, signs)
+    reordered = ours_batch(BITS, encoded_batches(HashingEncoder(BITS), rows[::-1]), signs[::-1])
+    flipped = ours_batch(BITS, batches, -signs)
+    for wrong in (reordered, flipped):
+        with pytest.raises(ResultMismatchError):
+            check_against_reference(BITS, "learn_batch", wrong, rows, signs)
+
+
+def test_the_memory_probe_applies_every_event_and_reports_its_peaks() -> None:
+    probe = measure(PROBE_EVENTS, BITS)
+    assert probe["seen"] == probe["learned"] == probe["next_offset"] == PROBE_EVENTS
+    assert probe["state_bytes"] > 0
+    assert (
+        probe["peak_rss_bytes"]
+        >= probe["peak_rss_after_first_batch_bytes"]
+        >= probe["peak_rss_after_imports_bytes"]
+        > 0
+    )
