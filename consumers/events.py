@@ -82,6 +82,7 @@ from consumers.decoding.bulk import (
 )
 from consumers.decoding.labels import LabelLookup
 from consumers.decoding.precise import (
+    duplicate_key,
     _check_id,
     _check_ts,
     _json_kind,
@@ -159,6 +160,7 @@ __all__ = [
     "Record",
     "Rejection",
     "SourceRecord",
+    "duplicate_key",
     "parse_event_json",
     "stack_rows",
     "validate_features",

@@ -25,7 +25,14 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers.events import Matrix, stack_rows, validate_features, validate_sparse_features
+from consumers.events import (
+    DUPLICATE_KEY,
+    Matrix,
+    duplicate_key,
+    stack_rows,
+    validate_features,
+    validate_sparse_features,
+)
 from consumers.fastjson import count_markers
 from learning import DenseEncoder, FeatureError, Predictor
 from learning.encoders import MAX_ABS_FEATURE, Encoder, as_sparse
@@ -344,6 +351,14 @@ def _parse(body: bytes) -> dict[str, Any]:
             "malformed-json",
             f"the body is not valid JSON ({exc}); numbers must be finite and strings UTF-8",
         ) from None
+    repeated = duplicate_key(body.decode("utf-8"))
+    if repeated is not None:
+        raise _invalid(
+            "",
+            DUPLICATE_KEY,
+            f"key {repeated!r} appears more than once in an object; a second value would "
+            "silently replace the first",
+        )
     if type(request) is not dict:
         raise _invalid(
             "",

@@ -132,6 +132,26 @@ class _NonFiniteTracker:
         return value
 
 
+def duplicate_key(text: str) -> str | None:
+    """The first key that appears twice in one object of the JSON ``text``, else ``None``.
+
+    ``text`` must already be known to parse (orjson keeps the last of duplicate keys silently,
+    so this is the check that HTTP bodies and record values share).
+
+    >>> duplicate_key('{"features": [1], "features": [2]}')
+    'features'
+    >>> duplicate_key('{"instances": [{"features": {"a": 1, "a": 2}}]}')
+    'a'
+    >>> duplicate_key('{"features": {"a": 1}, "label": "a"}') is None
+    True
+    """
+    try:
+        json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKeyError as exc:
+        return str(exc.args[0])
+    return None
+
+
 def parse_event_json(value: object) -> Any:
     """Parse one record value exactly, or raise :class:`InvalidEventError` saying why not.
 

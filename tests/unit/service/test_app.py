@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from consumers.events import InvalidEventError, parse_event_json
 from consumers.faults import unknown_topic
 from service.app import create_app
 from service.metrics import Metrics
@@ -343,3 +344,53 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
     assert features["minItems"] == features["maxItems"] == 1
     assert {"400", "413", "415", "422"} <= set(predict["responses"])
     assert client.get("/docs").status_code == 200
+
+
+# -- duplicate keys: refused like the consumer refuses them ----------------------------------
+
+DENSE_DUPLICATES = [
+    b'{"features": [1.0], "features": [2.0]}',
+    b'{"instances": [{"features": [1.0], "features": [2.0]}]}',
+    b'{"instances": [{"features": [1.0]}], "instances": [{"features": [2.0]}]}',
+    b'{"features": [1.0], "predictor": "last", "predictor": "voted"}',
+]
+
+
+@pytest.mark.parametrize("body", DENSE_DUPLICATES)
+def test_a_duplicate_key_anywhere_is_refused_with_the_consumers_code(
+    client: TestClient, body: bytes
+) -> None:
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["code"] == "duplicate_key"
+    # Control: the same body with the repeated key renamed away is a valid request.
+    once = body.replace(b', "features": [2.0]', b"").replace(b', "predictor": "voted"', b"")
+    once = once.replace(b', "instances": [{"features": [2.0]}]', b"")
+    fine = client.post("/predict", content=once, headers={"content-type": "application/json"})
+    assert fine.status_code == 200, (once, fine.text)
+
+
+def test_a_duplicate_name_inside_an_object_of_features_is_refused(
+    runner: FakeRunner, registry: CollectorRegistry, tmp_path: Path
+) -> None:
+    settings = load_settings(model={"encoding": "hashing", "hashing_bits": 4})
+    engine = trained_engine(settings, [], tmp_path)
+    body = b'{"instances": [{"features": {"a": 1, "b": 2, "a": 3}}]}'
+    with TestClient(create_app(settings, engine, runner, Metrics(registry))) as test_client:
+        refused = test_client.post(
+            "/predict", content=body, headers={"content-type": "application/json"}
+        )
+        fine = test_client.post(
+            "/predict",
+            content=body.replace(b', "a": 3', b""),
+            headers={"content-type": "application/json"},
+        )
+    assert assert_problem(refused, 422)["errors"][0]["code"] == "duplicate_key"
+    assert fine.status_code == 200
+
+
+@pytest.mark.parametrize("body", [*DENSE_DUPLICATES[:1], b'{"features": {"a": 1, "a": 2}}'])
+def test_the_consumer_refuses_the_same_bodies_with_the_same_code(body: bytes) -> None:
+    with pytest.raises(InvalidEventError) as refused:
+        parse_event_json(body)
+    assert refused.value.reason == "duplicate_key"
