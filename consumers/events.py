@@ -82,10 +82,10 @@ from consumers.decoding.bulk import (
 )
 from consumers.decoding.labels import LabelLookup
 from consumers.decoding.precise import (
-    duplicate_key,
     _check_id,
     _check_ts,
     _json_kind,
+    duplicate_key,
     parse_event_json,
     validate_features,
     validate_sparse_features,
