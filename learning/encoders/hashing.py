@@ -39,6 +39,7 @@ from learning.encoders._common import (
     MAX_ABS_FEATURE,
     FeatureName,
     ObjectEncoder,
+    SparseRow,
     assemble,
     bad_name,
     check_name,
@@ -198,6 +199,42 @@ class HashingEncoder(ObjectEncoder):
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         columns, values = self._entries(self._mapping(features), grow)
         return assemble(self.dimension, self.bias, columns, values)
+
+    def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
+        mapping = self._mapping(features)
+        sums = self._murmur_sums(mapping) if self.hash == "murmur3" else None
+        if sums is None:
+            return self._sparse_row(*self._entries(mapping, grow))
+        columns = sorted(sums)
+        values = [sums[column] for column in columns]
+        if self.bias:
+            columns.insert(0, 0)
+            values.insert(0, 1.0)
+        return np.array(columns, dtype=np.int64), np.array(values, dtype=np.float64)
+
+    def _murmur_sums(self, mapping: Mapping[Any, Any]) -> dict[int, float] | None:
+        """Column → summed signed value of one event, as :meth:`_entries` computes them, with
+        the names hashed in one pass from C; ``None`` when a name is not a valid str (the
+        precise path then names the error)."""
+        names = list(mapping)
+        try:
+            NAME_SEPARATOR.join(names).encode("utf-8")
+        except (TypeError, UnicodeEncodeError):
+            return None
+        n = self.n_buckets
+        offset = self.offset
+        sums: dict[int, float] = {}
+        get = sums.get
+        for name, h, raw in zip(names, map(mmh3.hash, names), mapping.values(), strict=True):
+            number = checked_value(name, raw)
+            column = (abs(h) % n if h != INT32_MIN else self._murmur_bucket(h)) + offset
+            sums[column] = get(column, 0.0) + (-number if h < 0 else number)
+        if len(sums) < len(names):
+            for column in sorted(sums):
+                total = sums[column]
+                if not -MAX_ABS_FEATURE <= total <= MAX_ABS_FEATURE:
+                    raise value_error(column, total)
+        return sums
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         code_of = self._column_code
