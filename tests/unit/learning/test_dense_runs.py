@@ -45,9 +45,7 @@ def test_dense_runs_learn_save_and_vote_as_csr_rows(multiclass: bool) -> None:
     assert np.array_equal(dense_result.margins, sparse_result.margins)
     assert dense_result.prequential_mistakes == sparse_result.prequential_mistakes
     assert dump_state(dense) == dump_state(sparse)  # the saved log spells the columns out
-    assert [(c, w.tolist()) for c, w in dense.voters] == [
-        (c, w.tolist()) for c, w in sparse.voters
-    ]
+    assert [(c, w.tolist()) for c, w in dense.voters] == [(c, w.tolist()) for c, w in sparse.voters]
     probes = X[:50] * np.where(np.arange(D + 1) % 3 == 0, 0.0, 1.0)  # some probes sparse
     for name in PREDICTORS:
         for rows in (probes, CSRBatch.from_dense(probes)):
