@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
-from learning._voters import NO_ROW, empty_log
+from learning._voters import DENSE_RUN, NO_ROW, empty_log
 from learning.errors import StateError
 
 logger = logging.getLogger(__name__)
@@ -217,12 +217,16 @@ class LinearState:
         starts = np.zeros(n, dtype=np.int64)
         if n:
             np.cumsum(lengths[:-1], out=starts[1:])
+        columns = self.log_cols[positions]
+        for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+            if length > 0 and columns[start] == DENSE_RUN:
+                columns[start : start + length] = np.arange(length)
         return {
             "log_counts": self.log_counts[slots].copy(),
             "log_rows": self.log_rows[slots].copy(),
             "log_start": starts,
             "log_len": lengths.copy(),
-            "log_cols": self.log_cols[positions].copy(),
+            "log_cols": columns,
             "log_old": self.log_old[:, positions].copy(),
         }
 

@@ -35,6 +35,7 @@ from learning._kernels import (
     sign,
 )
 from learning._voters import (
+    DENSE_RUN,
     NO_ROW,
     newest_slot,
     open_entry,
@@ -42,6 +43,9 @@ from learning._voters import (
     vote_binary_columns,
     vote_multiclass,
 )
+
+UNKNOWN_NORM = -1.0
+"""``x_sq`` of :func:`apply_update` when the caller has not summed ‖x‖² (never negative)."""
 
 
 @_jit
@@ -114,13 +118,14 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     which: int,
     start: int,
     no_zeros: bool,
-) -> None:
-    """W[row] ± x, the lazy-average sums and ‖W[row]‖², in O(stored entries of x).
+) -> float:
+    """W[row] ± x, the lazy-average sums and ‖W[row]‖², in O(stored entries of x); returns ‖x‖².
 
     Each coordinate's lazy-average sum takes -seen·Δ (see :mod:`learning._kernels`). A zero x_j
     changes nothing (w_j ± 0 = w_j, and neither a weight nor a sum is ever -0.0), so dense rows
     run over every coordinate, vectorised; only the log skips zeros. ‖W[row] ± x‖² is
-    ‖W[row]‖² ± 2·``score`` + ``x_sq`` (``score`` = W[row]·x before the update, ``x_sq`` = ‖x‖²).
+    ‖W[row]‖² ± 2·``score`` + ‖x‖² (``score`` = W[row]·x before the update); ``x_sq`` is ‖x‖²
+    when the caller knows it, else UNKNOWN_NORM (it is then summed here, as compact_dot sums it).
     With ``start`` ≥ 0 the old values are first logged for the voters (row ``which`` of
     ``log_old``, entries from ``start`` on).
     """
@@ -129,21 +134,77 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     n = vals.shape[0]
     time_step = float(seen)
     step = 1.0 if positive else -1.0
-    if dense and no_zeros and 0 <= start <= log_cols.shape[0] - n:
-        # The common dense case in one pass: log every old value (columns 0 .. n-1), update.
-        for j in range(n):
-            old = w[j]
-            log_cols[start + j] = j
-            log_old[which, start + j] = old
-            w[j] = old + step * vals[j]
-            a[j] -= (step * time_step) * vals[j]
+    if dense and no_zeros and n > 0 and 0 <= start <= log_cols.shape[0] - n:
+        # The common dense case in one pass, logged as a dense run (see learning._voters).
+        log_cols[start] = DENSE_RUN
+        x_sq = dense_update(w, a, vals, log_old[which, start : start + n], step, step * time_step)
     else:
         if start >= 0:
             log_old_values(w, cols, vals, dense, log_cols, log_old, which, start, no_zeros)
+        if x_sq == UNKNOWN_NORM:
+            x_sq = compact_dot(vals, cols, vals, dense)
         update_weights(w, a, cols, vals, dense, positive, time_step)
     change = 2.0 * score if positive else -2.0 * score
     norm_sq = row_sq[row] + (change + x_sq)
     row_sq[row] = norm_sq if norm_sq > 0.0 else 0.0
+    return x_sq
+
+
+@_jit
+def dense_update(  # noqa: PLR0917 - numba kernels take positional arrays
+    w: Floats, a: Floats, vals: Floats, log: Floats, step: float, drift: float
+) -> float:
+    """log ← w, w += step·x, a -= drift·x over a whole dense row in one pass; returns ‖x‖².
+
+    ‖x‖² is summed in four partial sums by index mod 4, combined as :func:`dot` combines them
+    (so it equals ``compact_dot(x, cols, x, True)`` bit for bit); the loop is unrolled by hand
+    so the four sums ride along with the stores.
+    """
+    n = vals.shape[0]
+    q0 = 0.0
+    q1 = 0.0
+    q2 = 0.0
+    q3 = 0.0
+    m = n - n % UNROLL
+    for j in range(0, m, UNROLL):
+        v0 = vals[j]
+        v1 = vals[j + 1]
+        v2 = vals[j + 2]
+        v3 = vals[j + 3]
+        o0 = w[j]
+        o1 = w[j + 1]
+        o2 = w[j + 2]
+        o3 = w[j + 3]
+        log[j] = o0
+        log[j + 1] = o1
+        log[j + 2] = o2
+        log[j + 3] = o3
+        w[j] = o0 + step * v0
+        w[j + 1] = o1 + step * v1
+        w[j + 2] = o2 + step * v2
+        w[j + 3] = o3 + step * v3
+        a[j] -= drift * v0
+        a[j + 1] -= drift * v1
+        a[j + 2] -= drift * v2
+        a[j + 3] -= drift * v3
+        q0 += v0 * v0
+        q1 += v1 * v1
+        q2 += v2 * v2
+        q3 += v3 * v3
+    for j in range(m, n):
+        v = vals[j]
+        old = w[j]
+        log[j] = old
+        w[j] = old + step * v
+        a[j] -= drift * v
+        lane = j - m
+        if lane == 0:
+            q0 += v * v
+        elif lane == 1:
+            q1 += v * v
+        else:
+            q2 += v * v
+    return (q0 + q1) + (q2 + q3)
 
 
 @_jit
@@ -259,8 +320,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                     voter_columns[j, slot] = w[j]
             apply_update(
                 weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
-                compact_dot(vals, cols, vals, dense), log_cols, log_old, 0, entry,
-                touched == vals.shape[0],
+                UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == vals.shape[0],
             )  # fmt: skip
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
@@ -389,11 +449,10 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                 log_rows, log_start, log_len, counters, max_voters, max_entries,
                 log_cols.shape[0],
             )  # fmt: skip
-            x_sq = compact_dot(vals, cols, vals, dense)
             no_zeros = touched == vals.shape[0]
-            apply_update(
+            x_sq = apply_update(
                 weights, weight_sums, row_sq, target, cols, vals, dense, True, seen,
-                scores[target], x_sq, log_cols, log_old, 0, entry, no_zeros,
+                scores[target], UNKNOWN_NORM, log_cols, log_old, 0, entry, no_zeros,
             )  # fmt: skip
             apply_update(
                 weights, weight_sums, row_sq, predicted, cols, vals, dense, False, seen,

@@ -17,7 +17,10 @@ Layout: voters are a ring of ``len(log_counts)`` slots (oldest at ``counters[LOG
 ``counters[N_VOTERS]`` of them); slot s holds the survival count, the rows the update touched
 (``log_rows[s]``, -1 for none) and where its entries start in the entry ring (``log_start[s]``,
 ``log_len[s]`` entries). Entry e is ``log_cols[e]`` with the old values ``log_old[0, e]`` (first
-touched row) and ``log_old[1, e]`` (second; multiclass only: a binary log_old has one row).
+touched row) and ``log_old[1, e]`` (second; multiclass only: a binary log_old has one row). A dense
+row's update with no zero is logged as a **dense run**: its first ``log_cols`` is ``DENSE_RUN`` and
+its columns are 0 .. len-1 (the others are not written, halving the bytes an update writes);
+:meth:`learning._arrays.LinearState.ordered_log` spells the columns out.
 ``counters[POOL_USED]`` entries are live, the next one goes at ``counters[POOL_TAIL]``. The
 caller sizes both rings before a batch (see
 :meth:`learning._arrays.LinearState.ensure_log_capacity`), so a kernel never runs out of room.
@@ -54,6 +57,9 @@ from learning._kernels import (
 )
 
 NO_ROW = -1
+DENSE_RUN = -1
+"""``log_cols`` at an entry's start when its columns are 0 .. len-1 (a dense row's update with no
+zero, logged without wrapping): the entry's other ``log_cols`` are then not written."""
 FILTER_WORDS = 64
 """Words of the per-event bit filter over x's columns (4,096 bits: column c sets bit c mod 4096)."""
 FILTER_MASK = FILTER_WORDS * 64 - 1
@@ -166,6 +172,8 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
     than the weights when the vocabulary grew since; the rest is zero in x and skipped). Returns
     whether any of the row's columns was written: if not, the voter scores x as the next one.
     """
+    if length > 0 and log_cols[start] == DENSE_RUN:
+        return restore_run(view, cols, dense, log_old, which, start, length)
     capacity = log_cols.shape[0]
     n = cols.shape[0]
     position = start
@@ -186,6 +194,26 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
                     view[k] = log_old[which, position]
                     changed = True
         position += 1
+    return changed
+
+
+@_jit
+def restore_run(  # noqa: PLR0917 - numba kernels take positional arrays
+    view: Floats, cols: Ints, dense: bool, log_old: Floats, which: int, start: int, length: int
+) -> bool:
+    """:func:`restore` for a dense run (columns 0 .. length-1 from ``start``): O(nnz(x))."""
+    if dense:
+        m = min(cols.shape[0], length)
+        for c in range(m):
+            view[c] = log_old[which, start + c]
+        return bool(m > 0)
+    changed = False
+    for k in range(cols.shape[0]):
+        c = cols[k]
+        if c >= length:
+            break
+        view[k] = log_old[which, start + c]
+        changed = True
     return changed
 
 

@@ -218,11 +218,11 @@ def plain_vector(prefix: list[float], values: list[Any]) -> NDArray[np.float64] 
     if not set(map(type, values)) <= PLAIN_NUMBER_TYPES:
         return None
     if len(values) <= SMALL_VECTOR:
-        if not (
-            math.isfinite(sum(values))
-            and min(values) >= -MAX_ABS_FEATURE
-            and max(values) <= MAX_ABS_FEATURE
-        ):
+        try:
+            finite = math.isfinite(sum(values))
+        except OverflowError:  # an int sum beyond any float: the precise path names the value
+            return None
+        if not (finite and min(values) >= -MAX_ABS_FEATURE and max(values) <= MAX_ABS_FEATURE):
             return None
         return np.array(prefix + values, dtype=np.float64)
     combined = prefix + values
@@ -334,6 +334,10 @@ class ObjectEncoder(EncoderBase):
         """(columns, values) of x̃ for one event: columns strictly increasing, bias (column 0)
         first when the encoder has one. The same validation and codes as :meth:`encode`."""
         columns, values = self._entries(self._mapping(features), grow)
+        return self._sparse_row(columns, values)
+
+    def _sparse_row(self, columns: list[int], values: list[float]) -> SparseRow:
+        """Validated entries (distinct columns, bias left out) as a sorted sparse row."""
         if self.bias:
             columns = [0, *columns]
             values = [1.0, *values]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
@@ -37,8 +38,10 @@ from numpy.typing import NDArray
 from learning.encoders._common import (
     DEFAULT_MAX_FEATURES_PER_EVENT,
     MAX_ABS_FEATURE,
+    PLAIN_NUMBER_TYPES,
     FeatureName,
     ObjectEncoder,
+    SparseRow,
     assemble,
     bad_name,
     check_name,
@@ -66,6 +69,7 @@ HASH_CACHE_SIZE = 131_072
 100,000-word vocabulary whole (about 15 MB), so a text stream hashes each word once."""
 MURMUR_NAMES = "str (murmur3 hashing takes string names, as scikit-learn does)"
 NAME_SEPARATOR = "\x00"
+FLOAT_ONLY = frozenset({float})
 
 
 class HashingEncoder(ObjectEncoder):
@@ -198,6 +202,51 @@ class HashingEncoder(ObjectEncoder):
     def encode(self, features: Any, *, grow: bool = False) -> NDArray[np.float64]:
         columns, values = self._entries(self._mapping(features), grow)
         return assemble(self.dimension, self.bias, columns, values)
+
+    def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
+        mapping = self._mapping(features)
+        if self.hash == "murmur3":
+            row = self._murmur_row(mapping)
+            if row is not None:
+                return row
+        return self._sparse_row(*self._entries(mapping, grow))
+
+    def _murmur_row(self, mapping: Mapping[Any, Any]) -> SparseRow | None:
+        """One event's sparse row, each step a C-level pass, when every name is a valid str,
+        every value a plain number within range and no two names share a column; ``None``
+        otherwise (the precise path, which names any error). Same row as the precise path."""
+        values = list(mapping.values())
+        kinds = set(map(type, values))
+        if kinds != FLOAT_ONLY:
+            if not kinds <= PLAIN_NUMBER_TYPES:
+                return None
+            try:
+                values = list(map(float, values))
+            except OverflowError:
+                return None
+        if not (math.isfinite(sum(values)) and max(map(abs, values)) <= MAX_ABS_FEATURE):
+            return None
+        names = list(mapping)
+        try:
+            NAME_SEPARATOR.join(names).encode("utf-8")
+        except (TypeError, UnicodeEncodeError):
+            return None
+        hashes = list(map(mmh3.hash, names))
+        if INT32_MIN in hashes:
+            return None
+        n = self.n_buckets
+        offset = self.offset
+        # As the precise path sums them: each column's total starts at 0.0 (so -0.0 → 0.0).
+        pairs = sorted(
+            (abs(h) % n + offset, 0.0 + (-v if h < 0 else v))
+            for h, v in zip(hashes, values, strict=True)
+        )  # sorted by column; equal columns (then compared by value) are refused just below
+        columns, signed = zip(*pairs, strict=True)
+        if len(set(columns)) < len(columns):
+            return None
+        if self.bias:
+            return np.array((0, *columns), dtype=np.int64), np.array((1.0, *signed))
+        return np.array(columns, dtype=np.int64), np.array(signed, dtype=np.float64)
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         code_of = self._column_code

@@ -13,6 +13,7 @@ from learning.encoders._common import (
     DEFAULT_MAX_FEATURES_PER_EVENT,
     FeatureName,
     ObjectEncoder,
+    SparseRow,
     assemble,
     bad_name,
     check_name,
@@ -202,6 +203,17 @@ class VocabularyEncoder(ObjectEncoder):
         positions, values = self._entries(mapping, grow)
         self._remember_order(mapping, positions)
         return assemble(self.dimension, self.bias, positions, values)
+
+    def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
+        mapping = self._mapping(features)
+        if self._in_order is not None and tuple(mapping) == self._in_order:
+            # The event lists the whole vocabulary in order: every column, in order.
+            fast = plain_vector(self._prefix, list(mapping.values()))
+            if fast is not None:
+                return np.arange(fast.shape[0], dtype=np.int64), fast
+        positions, values = self._entries(mapping, grow)
+        self._remember_order(mapping, positions)
+        return self._sparse_row(positions, values)
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         lookup = self._positions.get
