@@ -23,6 +23,7 @@ from consumers.runner import ConsumerRunner, RunnerSettings
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron, Reference
 from service.settings import load_settings
 from service.topics import ensure_topics
+from tests.support.running_service import TEST_GROUP_TIMING
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +31,6 @@ DRAIN_TIMEOUT_S = 60.0
 WAIT_STEP_S = 0.05
 STOP_DEADLINE_S = 20.0
 LABELS: dict[Hashable, int] = {"1": 1, "-1": -1}
-GROUP_TIMING = {
-    "session_timeout_ms": 6000,
-    "heartbeat_interval_ms": 1000,
-    "max_poll_interval_ms": 10000,
-}
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
@@ -113,7 +109,7 @@ def make_harness(
         consumer_config={
             "bootstrap_servers": bootstrap,
             "group_id": group or f"novikoff-test-{uuid.uuid4().hex[:8]}",
-            **GROUP_TIMING,
+            **TEST_GROUP_TIMING,
         },
         poll_timeout_ms=100,
         **settings,  # type: ignore[arg-type]
@@ -373,7 +369,9 @@ def test_a_crash_between_checkpoints_replays_only_the_lost_tail(
         tmp_path,
         SYNTHETIC_DIM,
         stream.reference,
-        checkpoint_every_events=3000,
+        # One periodic checkpoint at most: a second would need 12,000 events, so the last one
+        # (after 6,000 plus at most one poll) always leaves a tail for the restart to replay.
+        checkpoint_every_events=6000,
         checkpoint_every_seconds=3600.0,
     )
     crash_after_last_periodic_checkpoint(first.runner)
