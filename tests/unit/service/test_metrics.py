@@ -130,8 +130,8 @@ def test_every_metric_is_named_novikoff_and_counters_end_in_total(
             assert not {"id", "key", "offset"} & set(sample.labels)
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_accepts_the_exposition(registry: CollectorRegistry) -> None:
+    assert shutil.which("promtool"), "promtool is missing: `make test` installs it (system-deps)"
     metrics = Metrics(registry)
     metrics.record_stats(stats())
     metrics.record_weight_norms({"last": 1.0})
