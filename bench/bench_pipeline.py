@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 from kafka.consumer.fetcher import ConsumerRecord
+from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry
 
 from bench import BenchRecord, ResultMismatchError
@@ -137,12 +138,19 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def bench_dimension(dimension: int, count: int, repeats: int) -> BenchRecord:
-    """One ``pipeline_d{dimension}_vs_decode`` record."""
-    stream = SyntheticStream(dim=dimension, margin=MARGIN, noise=LABEL_NOISE, seed=SEED)
-    settings = make_settings(dimension, stream)
-    batch_size = settings.kafka.max_poll_records
-    batches = poll_batches(make_records(stream, count), batch_size)
+def measure_pipeline(
+    name: str,
+    settings: Settings,
+    batches: list[list[Any]],
+    offline_weights: NDArray[np.float64],
+    repeats: int,
+    bar: float,
+    details: dict[str, Any],
+) -> BenchRecord:
+    """The ``pipeline_*_vs_decode`` record of ``batches``: best-of-``repeats`` events/s of the
+    pipeline against orjson decoding alone, checked to learn every event into
+    ``offline_weights`` (``ResultMismatchError`` otherwise). ``details`` says what the stream is."""
+    count = sum(len(batch) for batch in batches)
     Pipeline(settings).consume(batches[:1])  # compile / load every kernel outside the timing
     best = {"decode": math.inf, "pipeline": math.inf}
     last: Pipeline | None = None
@@ -153,39 +161,54 @@ def bench_dimension(dimension: int, count: int, repeats: int) -> BenchRecord:
     assert last is not None
     snapshot = last.engine.snapshot
     learned = last.registry.get_sample_value("novikoff_events_learned_total")
-    offline = build_learner(settings.model)
-    X, y = stream.arrays(count)
-    offline.learn_batch(stream.augment(X), y)
-    same_weights = bool(np.array_equal(offline.weights, snapshot.predictor.weights))
+    same_weights = bool(np.array_equal(offline_weights, snapshot.predictor.weights))
     if snapshot.seen != count or not same_weights or learned != count:
         raise ResultMismatchError(
-            f"d={dimension}: pipeline learned {snapshot.seen} of {count} events "
+            f"{name}: pipeline learned {snapshot.seen} of {count} events "
             f"(metrics say {learned}); weights equal offline: {same_weights}"
         )
-    details: dict[str, Any] = {
-        "events": count,
-        "poll_batch_records": batch_size,
-        "label_noise": LABEL_NOISE,
-        "predictor": settings.model.predictor,
-        "prequential_voted": settings.model.prequential_voted,
-        "record_bytes_mean": sum(len(r.value) for r in batches[0]) / len(batches[0]),
-        "seen": snapshot.seen,
-        "mistakes": snapshot.mistakes,
-        "prequential_mistakes": dict(snapshot.prequential),
-        "metrics_events_learned_total": learned,
-        "weights_equal_offline_learner": same_weights,
-        "pipeline_microseconds_per_event": 1e6 * best["pipeline"] / count,
-        "decode_microseconds_per_event": 1e6 * best["decode"] / count,
-        "repeats": repeats,
-    }
     return BenchRecord(
-        f"pipeline_d{dimension}_vs_decode",
+        name,
         count / best["pipeline"],
         count / best["decode"],
         "events/s",
         "orjson.loads on each record value, nothing else",
-        bar=BAR,
-        details=details,
+        bar=bar,
+        details={
+            **details,
+            "events": count,
+            "poll_batch_records": settings.kafka.max_poll_records,
+            "predictor": settings.model.predictor,
+            "prequential_voted": settings.model.prequential_voted,
+            "record_bytes_mean": sum(len(r.value) for r in batches[0]) / len(batches[0]),
+            "seen": snapshot.seen,
+            "mistakes": snapshot.mistakes,
+            "prequential_mistakes": dict(snapshot.prequential),
+            "metrics_events_learned_total": learned,
+            "weights_equal_offline_learner": same_weights,
+            "pipeline_microseconds_per_event": 1e6 * best["pipeline"] / count,
+            "decode_microseconds_per_event": 1e6 * best["decode"] / count,
+            "repeats": repeats,
+        },
+    )
+
+
+def bench_dimension(dimension: int, count: int, repeats: int) -> BenchRecord:
+    """One ``pipeline_d{dimension}_vs_decode`` record."""
+    stream = SyntheticStream(dim=dimension, margin=MARGIN, noise=LABEL_NOISE, seed=SEED)
+    settings = make_settings(dimension, stream)
+    batches = poll_batches(make_records(stream, count), settings.kafka.max_poll_records)
+    offline = build_learner(settings.model)
+    X, y = stream.arrays(count)
+    offline.learn_batch(stream.augment(X), y)
+    return measure_pipeline(
+        f"pipeline_d{dimension}_vs_decode",
+        settings,
+        batches,
+        offline.weights,
+        repeats,
+        BAR,
+        {"label_noise": LABEL_NOISE},
     )
 
 

@@ -51,7 +51,7 @@ from river import linear_model
 from sklearn.feature_extraction import FeatureHasher
 
 from bench import BenchRecord, ResultMismatchError, best_time
-from bench.bench_pipeline import Pipeline, consumer_records, decode_only, poll_batches, timed
+from bench.bench_pipeline import consumer_records, measure_pipeline, poll_batches
 from bench.sparse_memory import sparse_settings
 from bench.sparse_stream import LABEL_NOISE, VOCABULARY, WORDS_PER_EVENT, Rows, WordStream
 from learning import CSRBatch, HashingEncoder, Perceptron
@@ -271,48 +271,16 @@ def bench_pipeline(bits: int, quick: bool) -> BenchRecord:
     batches = poll_batches(
         consumer_records(stream.records(rows, signs)), settings.kafka.max_poll_records
     )
-    Pipeline(settings).consume(batches[:1])  # compile / load every kernel outside the timing
-    best = {"decode": math.inf, "pipeline": math.inf}
-    last: Pipeline | None = None
-    for _ in range(repeats):
-        best["decode"] = min(best["decode"], timed(lambda: decode_only(batches)))
-        last = Pipeline(settings)
-        best["pipeline"] = min(best["pipeline"], timed(partial(last.consume, batches)))
-    assert last is not None
-    snapshot = last.engine.snapshot
-    learned = last.registry.get_sample_value("novikoff_events_learned_total")
     offline = build_learner(settings.model)
     offline.learn_batch(offline.encoder.encode_sparse_batch(rows), signs)  # type: ignore[attr-defined]
-    same_weights = bool(np.array_equal(offline.weights, snapshot.predictor.weights))
-    if snapshot.seen != n or learned != n or not same_weights:
-        raise ResultMismatchError(
-            f"b={bits}: pipeline learned {snapshot.seen} of {n} events (metrics say {learned}); "
-            f"weights equal offline: {same_weights}"
-        )
-    details = stream_details() | {
-        "hashing_bits": bits,
-        "events": n,
-        "poll_batch_records": settings.kafka.max_poll_records,
-        "predictor": settings.model.predictor,
-        "prequential_voted": settings.model.prequential_voted,
-        "record_bytes_mean": sum(map(len, (r.value for r in batches[0]))) / len(batches[0]),
-        "seen": snapshot.seen,
-        "mistakes": snapshot.mistakes,
-        "prequential_mistakes": dict(snapshot.prequential),
-        "metrics_events_learned_total": learned,
-        "weights_equal_offline_learner": same_weights,
-        "pipeline_microseconds_per_event": 1e6 * best["pipeline"] / n,
-        "decode_microseconds_per_event": 1e6 * best["decode"] / n,
-        "repeats": repeats,
-    }
-    return BenchRecord(
+    return measure_pipeline(
         f"pipeline_sparse_b{bits}_vs_decode",
-        n / best["pipeline"],
-        n / best["decode"],
-        "events/s",
-        "orjson.loads on each record value, nothing else",
-        bar=PIPELINE_BAR,
-        details=details,
+        settings,
+        batches,
+        offline.weights,
+        repeats,
+        PIPELINE_BAR,
+        stream_details() | {"hashing_bits": bits},
     )
 
 
