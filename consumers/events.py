@@ -54,6 +54,7 @@ import numpy as np
 
 from consumers._csr import empty_batch
 from consumers._fastjson import LabelTable, parse_dense
+from consumers._scan import nesting_depth
 from consumers.decoding.batch import (
     DecodedBatch,
     Event,
@@ -161,6 +162,7 @@ __all__ = [
     "Rejection",
     "SourceRecord",
     "duplicate_key",
+    "nesting_depth",
     "parse_event_json",
     "stack_rows",
     "validate_features",

@@ -27,8 +27,14 @@ from numpy.typing import NDArray
 
 from consumers.events import (
     DUPLICATE_KEY,
+    MAX_NESTING_DEPTH,
+    NOT_JSON,
+    NOT_UTF8,
+    InvalidEventError,
     Matrix,
     duplicate_key,
+    nesting_depth,
+    parse_event_json,
     stack_rows,
     validate_features,
     validate_sparse_features,
@@ -53,6 +59,8 @@ MAX_LISTED_CHARACTERS = 200
 MAX_SHOWN_CHARACTERS = 60
 """Longest rendering of a refused value quoted in an error message."""
 ELLIPSIS = "..."
+SYNTAX_REASONS = frozenset({NOT_JSON, NOT_UTF8})
+"""Consumer reason codes that mean the bytes are not JSON at all: HTTP 400, not 422."""
 JSON_MEDIA_TYPES = ("application/json",)
 JSON_SUFFIX = "+json"
 
@@ -345,12 +353,11 @@ def _parse(body: bytes) -> dict[str, Any]:
         )
     try:
         request = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise Problem(
-            400,
-            "malformed-json",
-            f"the body is not valid JSON ({exc}); numbers must be finite and strings UTF-8",
-        ) from None
+    except orjson.JSONDecodeError:
+        request = _parse_like_the_consumer(body)
+    else:
+        if nesting_depth(body) > MAX_NESTING_DEPTH:
+            _parse_like_the_consumer(body)  # refuses it as too_deep, as the consumer does
     repeated = duplicate_key(body.decode("utf-8"))
     if repeated is not None:
         raise _invalid(
@@ -381,6 +388,26 @@ def _parse(body: bytes) -> dict[str, Any]:
             'send exactly one of "features" (one instance) or "instances" (a batch)',
         )
     return request
+
+
+def _parse_like_the_consumer(body: bytes) -> Any:
+    """What the consumer's exact parser makes of a body orjson refuses, or the same refusal.
+
+    ``NaN``, ``Infinity`` and numbers beyond the float range are not JSON, yet the consumer reads
+    them so that it can refuse the event as ``non_finite`` at the feature that holds them; HTTP
+    gives the same answer for the same bytes. Anything else orjson refuses is malformed JSON, and
+    a body nested deeper than the consumer accepts is refused as ``too_deep``.
+    """
+    try:
+        return parse_event_json(body)
+    except InvalidEventError as exc:
+        if exc.reason in SYNTAX_REASONS:
+            raise Problem(
+                400,
+                "malformed-json",
+                f"the body is not valid JSON ({exc.message}); strings must be UTF-8",
+            ) from None
+        raise _invalid("", exc.reason, exc.message) from None
 
 
 def _features_of(instances: list[Any]) -> list[Any] | None:

@@ -12,8 +12,14 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from consumers.events import InvalidEventError, parse_event_json
+from consumers.events import (
+    MAX_NESTING_DEPTH,
+    EventDecoder,
+    InvalidEventError,
+    parse_event_json,
+)
 from consumers.faults import unknown_topic
+from learning import DenseEncoder, LabelMap
 from service.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings, load_settings
@@ -183,8 +189,6 @@ def test_a_body_that_is_not_an_object_is_a_422(client: TestClient, body: bytes) 
     [
         b"{",
         b"",
-        b'{"features": [NaN]}',
-        b'{"features": [1e999]}',
         b"\xff\xfe",
         b'{"features": [1,]}',
     ],
@@ -394,3 +398,59 @@ def test_the_consumer_refuses_the_same_bodies_with_the_same_code(body: bytes) ->
     with pytest.raises(InvalidEventError) as refused:
         parse_event_json(body)
     assert refused.value.reason == "duplicate_key"
+
+
+# -- non-finite numbers: refused like the consumer refuses them -------------------------------
+
+NON_FINITE_BODIES = [
+    (b'{"features": [NaN]}', "/features"),
+    (b'{"features": [Infinity]}', "/features"),
+    (b'{"features": [1e999]}', "/features"),
+    (b'{"instances": [{"features": [-Infinity]}]}', "/instances/0/features"),
+]
+
+
+@pytest.mark.parametrize(("body", "pointer"), NON_FINITE_BODIES)
+def test_a_non_finite_number_is_refused_with_the_consumers_code(
+    client: TestClient, body: bytes, pointer: str
+) -> None:
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    problem = assert_problem(response, 422)
+    assert [(e["code"], e["pointer"]) for e in problem["errors"]] == [("non_finite", pointer)]
+    if body.startswith(b'{"features"'):  # the consumer reads the same bytes as an event
+        with pytest.raises(InvalidEventError) as refused:
+            EventDecoder(DenseEncoder(1), LabelMap({"1": 1, "-1": -1})).inspect(
+                body.replace(b'{"features"', b'{"label": "1", "features"')
+            )
+        assert refused.value.reason == "non_finite"
+    # Control: the same body with a finite number is a valid request.
+    finite = body.replace(b"-Infinity", b"1.5").replace(b"Infinity", b"1.5")
+    finite = finite.replace(b"NaN", b"1.5").replace(b"1e999", b"1.5")
+    assert (
+        client.post(
+            "/predict", content=finite, headers={"content-type": "application/json"}
+        ).status_code
+        == 200
+    )
+
+
+def test_bytes_that_are_not_json_stay_a_400(client: TestClient) -> None:
+    for body in (b'{"features": [nan]}', b'{"features": [1.0]', b'{"features": ["\xff"]}'):
+        response = client.post(
+            "/predict", content=body, headers={"content-type": "application/json"}
+        )
+        assert assert_problem(response, 400)["type"].endswith("malformed-json"), body
+
+
+def test_a_body_nested_deeper_than_the_consumer_accepts_is_too_deep(client: TestClient) -> None:
+    deep = MAX_NESTING_DEPTH  # the body's object is one more level
+    body = b'{"features": ' + b"[" * deep + b"1.0" + b"]" * deep + b"}"
+    response = client.post("/predict", content=body, headers={"content-type": "application/json"})
+    assert assert_problem(response, 422)["errors"][0]["code"] == "too_deep"
+    with pytest.raises(InvalidEventError) as refused:
+        parse_event_json(body)
+    assert refused.value.reason == "too_deep"
+    # Control: one level less is parsed, and refused only for its shape (nested lists).
+    shallow = b'{"features": ' + b"[" * (deep - 1) + b"1.0" + b"]" * (deep - 1) + b"}"
+    answer = client.post("/predict", content=shallow, headers={"content-type": "application/json"})
+    assert assert_problem(answer, 422)["errors"][0]["code"] != "too_deep"
