@@ -454,3 +454,5 @@ def test_a_body_nested_deeper_than_the_consumer_accepts_is_too_deep(client: Test
     shallow = b'{"features": ' + b"[" * (deep - 1) + b"1.0" + b"]" * (deep - 1) + b"}"
     answer = client.post("/predict", content=shallow, headers={"content-type": "application/json"})
     assert assert_problem(answer, 422)["errors"][0]["code"] != "too_deep"
+    readme = " ".join((Path(__file__).parents[3] / "README.md").read_text("utf-8").split())
+    assert f"nesting beyond {MAX_NESTING_DEPTH} levels `too_deep`" in readme
