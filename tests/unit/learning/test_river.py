@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 from river import base, compose, datasets, evaluate, metrics, preprocessing
+from river import checks as river_checks
 
 from learning import AveragedPerceptron, MulticlassPerceptron, Perceptron, VotedPerceptron
 
@@ -41,3 +42,38 @@ def test_clone_gives_a_fresh_learner_with_the_same_hyperparameters() -> None:
     assert isinstance(clone, AveragedPerceptron)
     assert (clone.max_voters, clone.predictor) == (7, "averaged")
     assert clone.n_seen == 0
+
+
+@pytest.mark.parametrize(
+    "model",
+    [Perceptron(), AveragedPerceptron(), VotedPerceptron(), MulticlassPerceptron(seed=1)],
+    ids=lambda model: type(model).__name__,
+)
+def test_river_check_estimator_passes(model: base.Classifier) -> None:
+    """river's own estimator checks (``river.checks.check_estimator``), none skipped."""
+    assert model._unit_test_skips() == set()
+    river_checks.check_estimator(model)
+
+
+def failing_checks(model: base.Classifier) -> list[str]:
+    failed = []
+    for check in river_checks.yield_checks(model):
+        try:
+            check(model.clone())
+        except Exception:  # any exception fails the check, as in check_estimator
+            failed.append(check.__name__)
+    return failed
+
+
+class Impure(Perceptron):  # type: ignore[misc]
+    """A perceptron that empties the event it learned from (river's checks forbid it)."""
+
+    def learn_one(self, x: dict[str, float], y: bool) -> None:
+        super().learn_one(x, y)
+        x.clear()
+
+
+def test_river_check_estimator_can_fail() -> None:
+    """Control: a learner that mutates its input fails river's ``check_learn_one``."""
+    assert failing_checks(Perceptron()) == []
+    assert "check_learn_one" in failing_checks(Impure())
