@@ -43,6 +43,7 @@ from consumers.events import (
     SourceRecord,
 )
 from learning import (
+    PREDICTORS,
     BoundStatus,
     BoundTracker,
     Encoder,
@@ -63,7 +64,6 @@ RATE_WINDOW_SECONDS = 10.0
 MAX_RATE_POINTS = 256
 MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
-PREDICTOR_NAMES = ("last", "averaged", "voted")
 
 PartitionKey = tuple[str, int]
 _Record = TypeVar("_Record", bound=SourceRecord)
@@ -170,7 +170,7 @@ class EngineSnapshot:
     @cached_property
     def stats(self) -> dict[str, Any]:
         """The ``/stats`` document (docs/DESIGN.md) without ``ready``, which the service adds."""
-        prequential = {name: self.prequential.get(name) for name in PREDICTOR_NAMES}
+        prequential = {name: self.prequential.get(name) for name in PREDICTORS}
         return {
             "seen": self.seen,
             "mistakes": self.mistakes,

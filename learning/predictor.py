@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,7 +38,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PredictorName = Literal["last", "averaged", "voted"]
-PREDICTORS: tuple[PredictorName, ...] = ("last", "averaged", "voted")
+PREDICTORS: tuple[PredictorName, ...] = get_args(PredictorName)
+"""The predictor names, in the order every listing uses (one definition: the Literal)."""
 PREDICTOR_CODES: dict[str, int] = {"last": k.LAST, "averaged": k.AVERAGED, "voted": k.VOTED}
 NO_CLASS = -1
 

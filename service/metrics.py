@@ -23,7 +23,6 @@ from consumers.faults import FAULT_KINDS, ConsumerFault
 
 logger = logging.getLogger(__name__)
 
-PREDICTORS = ("last", "averaged", "voted")
 
 BATCH_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 CHECKPOINT_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

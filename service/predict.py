@@ -40,14 +40,13 @@ from consumers.events import (
     validate_sparse_features,
 )
 from consumers.fastjson import count_markers
-from learning import DenseEncoder, FeatureError, Predictor
+from learning import PREDICTORS, DenseEncoder, FeatureError, Predictor
 from learning.encoders import MAX_ABS_FEATURE, Encoder, as_sparse
 from service._fastbody import DenseInstances, parse_dense_instances
 from service.problems import FieldError, Problem
 
 logger = logging.getLogger(__name__)
 
-PREDICTORS = ("last", "averaged", "voted")
 REQUEST_FIELDS = frozenset({"features", "instances", "predictor"})
 INSTANCE_FIELDS = frozenset({"features"})
 NUMBER_TYPES = frozenset({int, float})

@@ -13,12 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from learning import PREDICTORS
 from learning.encoders import MAX_ABS_FEATURE
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-PREDICTOR_NAMES = ["last", "averaged", "voted"]
 LABEL_SCHEMA: dict[str, Any] = {
     "description": "A label of the model: a label-map key (binary) or a class (multiclass).",
     "anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}],
@@ -109,7 +109,7 @@ def predict_responses() -> dict[str, Any]:
             "label": LABEL_SCHEMA,
             "score": SCORE_SCHEMA,
             "model_version": {"type": "integer"},
-            "predictor": {"type": "string", "enum": PREDICTOR_NAMES},
+            "predictor": {"type": "string", "enum": list(PREDICTORS)},
         },
     }
     batch = {
@@ -125,7 +125,7 @@ def predict_responses() -> dict[str, Any]:
                 },
             },
             "model_version": {"type": "integer"},
-            "predictor": {"type": "string", "enum": PREDICTOR_NAMES},
+            "predictor": {"type": "string", "enum": list(PREDICTORS)},
         },
     }
     return {
@@ -171,7 +171,7 @@ def predict_request_body(settings: Settings) -> dict[str, Any]:
     features = features_schema(settings)
     predictor = {
         "type": "string",
-        "enum": PREDICTOR_NAMES,
+        "enum": list(PREDICTORS),
         "description": f"Which predictor answers (default {settings.model.predictor}).",
     }
     one = {

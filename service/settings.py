@@ -39,6 +39,7 @@ from pydantic_settings import (
 )
 
 from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
+from learning.predictor import PredictorName
 from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
 
 logger = logging.getLogger(__name__)
@@ -208,7 +209,7 @@ class ModelSettings(_Section):
     max_features_per_event: int = Field(default=DEFAULT_MAX_FEATURES_PER_EVENT, ge=1)
     vocabulary_size: int = Field(default=DEFAULT_VOCABULARY_SIZE, ge=1)
     bias: bool = True
-    predictor: Literal["last", "averaged", "voted"] = "averaged"
+    predictor: PredictorName = "averaged"
     labels: dict[str, int] = Field(default_factory=lambda: {"-1": -1, "1": 1})
     classes: tuple[str, ...] = ()
     seed: int = Field(default=0, ge=0)
