@@ -122,6 +122,7 @@ class Pipeline:
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.engine = Engine(learner, tracker, observer=self.metrics)
+        self.metrics.follow(lambda: self.engine.snapshot)
 
     def consume(self, batches: list[list[Any]]) -> None:
         """Apply every poll batch: exactly-once filter, decode + validate, apply, observe."""

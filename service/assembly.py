@@ -122,7 +122,7 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         engine.restore(store)
     except (IncompatibleCheckpointError, OSError) as exc:
         raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
-    metrics.record_stats(engine.snapshot.stats)
+    metrics.follow(lambda: engine.snapshot)
     runner = ConsumerRunner(engine, store, runner_settings(settings), fault_observer=metrics)
     app = create_app(settings, engine, runner, metrics)
     http = HttpServer(

@@ -1,25 +1,25 @@
 """Every Prometheus metric of novikoff, built on a registry passed in (never the global one).
 
-The consumer updates them once per applied batch, from the same ``/stats`` dictionary the HTTP API
-serves, so ``/metrics`` and ``/stats`` always show the same numbers. Labels carry only a few
-values each: a reference name, a predictor, a reason code, a partition, a route. No label ever
-carries an event id, a record key or an offset.
+The learning metrics (events, mistakes, bounds, lag, weight norms) are read from the current model
+snapshot at scrape time by :class:`~service.snapshot_collector.SnapshotCollector`, so ``/metrics``
+and ``/stats`` show the same numbers by construction. The ones this process observes itself (batch
+and request timings, checkpoints, consumer errors, refused tokens, readiness) are instrumented
+here. Labels carry only a few values each: a reference name, a predictor, a reason code, a
+partition, a route. No label ever carries an event id, a record key or an offset.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
 
-import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
 from consumers.faults import FAULT_KINDS, ConsumerFault
+from service.snapshot_collector import Snapshot, SnapshotCollector
 
 logger = logging.getLogger(__name__)
 
@@ -40,35 +40,6 @@ REQUEST_SECONDS_BUCKETS = (
     0.25,
     1.0,
 )
-
-REFERENCE_GAUGES = (
-    (
-        "bound",
-        "novikoff_bound",
-        "Mistake bound (R/gamma)^2 + k(1 + 2R/gamma) for a reference separator.",
-    ),
-    (
-        "novikoff",
-        "novikoff_separable_bound",
-        "Novikoff's separable-case bound (R/gamma_min)^2; NaN once a margin is <= 0.",
-    ),
-    (
-        "gamma",
-        "novikoff_bound_gamma",
-        "The gamma that minimises the bound for a reference separator.",
-    ),
-    (
-        "k",
-        "novikoff_bound_k",
-        "Events whose margin under the reference is below the minimising gamma (k).",
-    ),
-    (
-        "min_margin",
-        "novikoff_reference_min_margin",
-        "Smallest normalised margin y * (u . x) / |u| of the reference separator so far.",
-    ),
-)
-"""(``/stats`` bound entry key, metric name, help) of the per-reference gauges set from it."""
 
 UNMATCHED_ROUTE = "unmatched"
 """The ``route`` label of requests no route matched, so unknown paths add no series."""
@@ -93,9 +64,11 @@ class Metrics:
     >>> from prometheus_client import CollectorRegistry
     >>> registry = CollectorRegistry()
     >>> metrics = Metrics(registry)
-    >>> metrics.record_stats({"seen": 3, "mistakes": 2})
-    >>> registry.get_sample_value("novikoff_events_learned_total")
-    3.0
+    >>> metrics.observe_batch(0.002, 500)
+    >>> registry.get_sample_value("novikoff_batch_events_total")
+    500.0
+    >>> registry.get_sample_value("novikoff_events_learned_total") is None  # no snapshot yet
+    True
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -103,52 +76,6 @@ class Metrics:
         counter = partial(Counter, registry=registry)
         gauge = partial(Gauge, registry=registry)
         histogram = partial(Histogram, registry=registry)
-        self._events_learned = counter(
-            "novikoff_events_learned",
-            "Valid events applied to the model (predicted, then learned).",
-        )
-        self._invalid_events = counter(
-            "novikoff_invalid_events",
-            "Events rejected to the dead-letter topic, by reason code.",
-            ["reason"],
-        )
-        self._mistakes = counter(
-            "novikoff_mistakes", "Perceptron mistakes, i.e. updates: events with y * (w . x) <= 0."
-        )
-        self._prequential_mistakes = counter(
-            "novikoff_prequential_mistakes",
-            "Events each predictor got wrong before learning them (test-then-train).",
-            ["predictor"],
-        )
-        self._reference_gauges = {
-            key: gauge(name, documentation, ["reference"])
-            for key, name, documentation in REFERENCE_GAUGES
-        }
-        self._violated = gauge(
-            "novikoff_bound_violated",
-            "1 when the mistakes exceed the reference's bound (a bug or a wrong radius), else 0.",
-            ["reference"],
-        )
-        self._radius = gauge(
-            "novikoff_radius", "R: the largest norm of an augmented feature vector seen so far."
-        )
-        self._margin_estimate = gauge(
-            "novikoff_margin_estimate",
-            "Diagnostic margin estimate over a recent window (not a certificate).",
-        )
-        self._model_version = gauge(
-            "novikoff_model_version", "Model version: the number of updates applied to the weights."
-        )
-        self._weight_norm = gauge(
-            "novikoff_weight_norm",
-            "Euclidean norm of the weights of each predictor (multiclass: of the whole matrix).",
-            ["predictor"],
-        )
-        self._lag = gauge(
-            "novikoff_consumer_lag",
-            "Records in a partition not yet applied: highwater minus next offset.",
-            ["topic", "partition"],
-        )
         self._ready = gauge(
             "novikoff_ready",
             "1 when the model is loaded and the consumer is connected (what /readyz says).",
@@ -203,28 +130,26 @@ class Metrics:
             "novikoff_http_auth_lockouts",
             "Client addresses locked out after too many wrong tokens within the window.",
         )
-        self._totals: dict[str, float] = {}
+        self._snapshot_source: Callable[[], Snapshot | None] = _no_snapshot
+        registry.register(SnapshotCollector(self._current_snapshot))
         # labels() costs more than observe(); the few (route, method, status) children are cached.
         self._request_children: dict[tuple[str, str, int], Histogram] = {}
-        self._lag_series: set[tuple[str, str]] = set()
 
     # -- the engine's observer ----------------------------------------------------------------
 
+    def follow(self, source: Callable[[], Snapshot | None]) -> None:
+        """Export the learning metrics of the snapshot ``source`` returns at each scrape."""
+        self._snapshot_source = source
+
+    def _current_snapshot(self) -> Snapshot | None:
+        return self._snapshot_source()
+
     def on_batch(self, report: BatchReport) -> None:
-        """A batch was applied: bring everything to its snapshot and time it."""
-        snapshot = report.snapshot
-        self.record_stats(snapshot.stats)
-        predictor = snapshot.predictor
-        self.record_weight_norms(
-            {
-                "last": float(np.linalg.norm(predictor.weights)),
-                "averaged": float(np.linalg.norm(predictor.averaged_weights)),
-            }
-        )
+        """A batch was applied: time it (its counts are read from the snapshot at scrape time)."""
         self.observe_batch(report.seconds, report.records)
 
     def on_rejected(self, reason: str, count: int) -> None:
-        """Rejections are counted from the snapshot's ``invalid`` (see :meth:`on_batch`)."""
+        """Rejections are counted from the snapshot's ``invalid`` at scrape time."""
 
     def on_checkpoint(self, report: CheckpointReport) -> None:
         """Count a checkpoint attempt; time and size the successful ones."""
@@ -235,47 +160,13 @@ class Metrics:
             self._last_checkpoint.set_to_current_time()
 
     def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
-        """Highwater marks changed: update the lag of every partition."""
-        self._record_lag([progress.as_dict() for progress in partitions])
+        """Lag is read from the snapshot's partitions at scrape time."""
 
     # -- the consumer runner's fault observer ---------------------------------------------------
 
     def on_consumer_error(self, fault: ConsumerFault) -> None:
         """Count one consumer error by its kind."""
         self._consumer_errors.labels(kind=fault.kind.value).inc()
-
-    # -- from /stats ---------------------------------------------------------------------------
-
-    def record_stats(self, stats: Mapping[str, Any]) -> None:
-        """Bring every learning metric to the values of a ``/stats`` dictionary.
-
-        Counters advance by the difference to the last call, so after a restart from a checkpoint
-        they continue from the restored totals.
-        """
-        self._advance(self._events_learned, "seen", stats.get("seen"))
-        self._advance(self._mistakes, "mistakes", stats.get("mistakes"))
-        for predictor, count in dict(stats.get("prequential_mistakes") or {}).items():
-            self._advance(
-                self._prequential_mistakes.labels(predictor=predictor), f"pq:{predictor}", count
-            )
-        for reason, count in dict(stats.get("invalid") or {}).items():
-            self._advance(self._invalid_events.labels(reason=reason), f"invalid:{reason}", count)
-        _set(self._radius, stats.get("radius"))
-        _set(self._model_version, stats.get("model_version"))
-        margin = stats.get("margin_estimate")
-        if isinstance(margin, Mapping):
-            _set(self._margin_estimate, margin.get("value"))
-        for entry in stats.get("bounds") or ():
-            self._record_bound(entry)
-        if "partitions" in stats:
-            self._record_lag(stats["partitions"])
-        if "ready" in stats:
-            self._ready.set(1.0 if stats["ready"] else 0.0)
-
-    def record_weight_norms(self, norms: Mapping[str, float]) -> None:
-        """Set the weight norm of each predictor (``last``, ``averaged``, ``voted``)."""
-        for predictor, norm in norms.items():
-            _set(self._weight_norm.labels(predictor=predictor), norm)
 
     def observe_batch(self, seconds: float, records: int) -> None:
         """Time one applied batch of ``records`` records."""
@@ -285,31 +176,6 @@ class Metrics:
     def set_ready(self, ready: bool) -> None:
         """Mirror the readiness ``/readyz`` reports."""
         self._ready.set(1.0 if ready else 0.0)
-
-    def _advance(self, counter: Counter, key: str, total: object) -> None:
-        if not _is_number(total):
-            return
-        value = float(total)  # type: ignore[arg-type]
-        previous = self._totals.get(key, 0.0)
-        if value > previous:
-            counter.inc(value - previous)
-            self._totals[key] = value
-
-    def _record_bound(self, entry: Mapping[str, Any]) -> None:
-        name = str(entry.get("name"))
-        for key, gauge in self._reference_gauges.items():
-            _set(gauge.labels(reference=name), entry.get(key))
-        self._violated.labels(reference=name).set(1.0 if entry.get("violated") else 0.0)
-
-    def _record_lag(self, partitions: Iterable[Mapping[str, Any]]) -> None:
-        current: set[tuple[str, str]] = set()
-        for row in partitions:
-            key = (str(row.get("topic")), str(row.get("partition")))
-            current.add(key)
-            _set(self._lag.labels(topic=key[0], partition=key[1]), row.get("lag"))
-        for gone in self._lag_series - current:
-            self._lag.remove(*gone)
-        self._lag_series = current
 
     # -- HTTP side ----------------------------------------------------------------------------
 
@@ -336,13 +202,5 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _set(gauge: Gauge, value: object) -> None:
-    """Set a gauge; ``None`` (undefined, e.g. no bound yet) becomes NaN, the Prometheus idiom."""
-    if value is None:
-        gauge.set(math.nan)
-    elif _is_number(value):
-        gauge.set(float(value))  # type: ignore[arg-type]
+def _no_snapshot() -> None:
+    return None

@@ -42,6 +42,8 @@ def trained_engine(
     tracker = build_tracker(settings, learner.encoder.dimension)
     engine = Engine(learner, tracker, observer=metrics)
     engine.restore(CheckpointStore(state_dir))
+    if metrics is not None:
+        metrics.follow(lambda: engine.snapshot)
     records = [
         Record(topic, 0, offset, event if isinstance(event, bytes) else orjson.dumps(event))
         for offset, event in enumerate(events)

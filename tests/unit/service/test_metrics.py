@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from numpy.typing import NDArray
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.checkpoint import CheckpointStore
@@ -46,13 +49,33 @@ def stats(**changes: Any) -> dict[str, Any]:
     return base
 
 
+@dataclass(frozen=True)
+class FakePredictor:
+    weights: NDArray[np.float64] = field(default_factory=lambda: np.array([3.0, 4.0]))
+    averaged_weights: NDArray[np.float64] = field(default_factory=lambda: np.array([0.0, 0.5]))
+
+
+@dataclass(frozen=True)
+class FakeSnapshot:
+    stats: dict[str, Any]
+    predictor: FakePredictor = field(default_factory=FakePredictor)
+
+
+def following(registry: CollectorRegistry, **changes: Any) -> Metrics:
+    """Metrics on ``registry`` that export a snapshot whose ``/stats`` is ``stats(**changes)``."""
+    metrics = Metrics(registry)
+    snapshot = FakeSnapshot(stats(**changes))
+    metrics.follow(lambda: snapshot)
+    return metrics
+
+
 @pytest.fixture
 def registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
 def test_metrics_use_the_registry_passed_in(registry: CollectorRegistry) -> None:
-    Metrics(registry).record_stats(stats())
+    following(registry)
     assert registry.get_sample_value("novikoff_events_learned_total") == 10
     assert REGISTRY.get_sample_value("novikoff_events_learned_total") is None
 
@@ -63,7 +86,7 @@ def test_two_instances_coexist() -> None:
 
 
 def test_values_follow_stats(registry: CollectorRegistry) -> None:
-    Metrics(registry).record_stats(stats())
+    following(registry).set_ready(True)
     value = registry.get_sample_value
     assert value("novikoff_mistakes_total") == 4
     assert value("novikoff_prequential_mistakes_total", {"predictor": "averaged"}) == 3
@@ -79,13 +102,27 @@ def test_values_follow_stats(registry: CollectorRegistry) -> None:
     assert value("novikoff_consumer_lag", {"topic": "events", "partition": "0"}) == 7
     assert value("novikoff_ready") == 1
     assert value("novikoff_margin_estimate") == 0.05
+    assert value("novikoff_weight_norm", {"predictor": "last"}) == 5.0
+    assert value("novikoff_weight_norm", {"predictor": "averaged"}) == 0.5
 
 
-def test_counters_advance_by_the_difference(registry: CollectorRegistry) -> None:
+def test_nothing_is_exported_before_there_is_a_snapshot(registry: CollectorRegistry) -> None:
     metrics = Metrics(registry)
-    metrics.record_stats(stats())
-    metrics.record_stats(stats(seen=25, mistakes=6, invalid={"not_json": 3, "non_finite": 1}))
-    metrics.record_stats(stats(seen=25, mistakes=6, invalid={"not_json": 3, "non_finite": 1}))
+    assert registry.get_sample_value("novikoff_events_learned_total") is None
+    # Control: the same registry exports the values once the metrics follow a snapshot.
+    snapshot = FakeSnapshot(stats())
+    metrics.follow(lambda: snapshot)
+    assert registry.get_sample_value("novikoff_events_learned_total") == 10
+
+
+def test_every_scrape_reads_the_current_snapshot(registry: CollectorRegistry) -> None:
+    metrics = Metrics(registry)
+    current = [FakeSnapshot(stats())]
+    metrics.follow(lambda: current[-1])
+    assert registry.get_sample_value("novikoff_events_learned_total") == 10
+    current.append(
+        FakeSnapshot(stats(seen=25, mistakes=6, invalid={"not_json": 3, "non_finite": 1}))
+    )
     assert registry.get_sample_value("novikoff_events_learned_total") == 25
     assert registry.get_sample_value("novikoff_mistakes_total") == 6
     assert registry.get_sample_value("novikoff_invalid_events_total", {"reason": "not_json"}) == 3
@@ -97,9 +134,11 @@ def test_revoked_partitions_lose_their_lag_series(registry: CollectorRegistry) -
         {"topic": "events", "partition": 0, "lag": 1},
         {"topic": "events", "partition": 1, "lag": 2},
     ]
-    metrics.record_stats(stats(partitions=two))
-    metrics.record_stats(stats(partitions=two[:1]))
+    current = [FakeSnapshot(stats(partitions=two))]
+    metrics.follow(lambda: current[-1])
     labels = {"topic": "events", "partition": "1"}
+    assert registry.get_sample_value("novikoff_consumer_lag", labels) == 2
+    current.append(FakeSnapshot(stats(partitions=two[:1])))
     assert registry.get_sample_value("novikoff_consumer_lag", labels) is None
 
 
@@ -119,9 +158,7 @@ def test_batch_and_request_histograms(registry: CollectorRegistry) -> None:
 def test_every_metric_is_named_novikoff_and_counters_end_in_total(
     registry: CollectorRegistry,
 ) -> None:
-    metrics = Metrics(registry)
-    metrics.record_stats(stats())
-    metrics.record_weight_norms({"last": 1.0, "averaged": 0.5})
+    following(registry)
     for family in registry.collect():
         assert family.name.startswith("novikoff_")
         for sample in family.samples:
@@ -132,9 +169,7 @@ def test_every_metric_is_named_novikoff_and_counters_end_in_total(
 
 def test_promtool_accepts_the_exposition(registry: CollectorRegistry) -> None:
     assert shutil.which("promtool"), "promtool is missing: `make test` installs it (system-deps)"
-    metrics = Metrics(registry)
-    metrics.record_stats(stats())
-    metrics.record_weight_norms({"last": 1.0})
+    metrics = following(registry)
     metrics.observe_batch(0.01, 10)
     metrics.observe_request("/stats", "GET", 200, 0.001)
     result = subprocess.run(
