@@ -38,6 +38,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from consumers.state_topic import default_state_topic
 from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
 from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
 
@@ -109,6 +110,7 @@ class KafkaSettings(_Section):
     topic: str = Field(default="events", min_length=1, max_length=249)
     group_id: str = Field(default="novikoff", min_length=1)
     dlq_topic: str | None = Field(default=None, min_length=1, max_length=249)
+    state_topic: str | None = Field(default=None, min_length=1, max_length=249)
     client_id: str = "novikoff"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=DEFAULT_SESSION_TIMEOUT_MS, gt=0)
@@ -155,6 +157,11 @@ class KafkaSettings(_Section):
     def dead_letter_topic(self) -> str:
         """``dlq_topic``, or ``<topic>.dlq`` when it is not set."""
         return self.dlq_topic or f"{self.topic}.dlq"
+
+    @property
+    def state_topic_name(self) -> str:
+        """``state_topic``, or ``<topic>.state`` when it is not set (compacted; see DESIGN.md)."""
+        return self.state_topic or default_state_topic(self.topic)
 
     def client_config(self) -> dict[str, Any]:
         """Keyword arguments shared by every kafka-python client (connection and security)."""
