@@ -65,6 +65,9 @@ MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
 PREDICTOR_NAMES = ("last", "averaged", "voted")
 
+LOAD_ERRORS = (StateError, KeyError, TypeError, ValueError)
+"""What loading a saved state raises when its bytes verify but its content is unusable."""
+
 PartitionKey = tuple[str, int]
 _Record = TypeVar("_Record", bound=SourceRecord)
 
@@ -621,15 +624,12 @@ class Engine:
         for loaded in store.load_valid():
             skipped.extend(loaded.skipped)
             try:
-                learner, tracker, extra = load_state(loaded.payload)
-                self._check_compatible(learner, tracker)
-                partitions, invalid = _partitions_from(extra)
-            except (StateError, KeyError, TypeError, ValueError) as exc:
+                learner, tracker, partitions, invalid = self._decode_state(loaded.payload)
+            except LOAD_ERRORS as exc:
                 reason = f"cannot be loaded: {exc}"
                 store.quarantine(loaded.path, reason)
                 skipped.append(SkippedCheckpoint(path=loaded.path, reason=reason))
                 continue
-            assert tracker is not None
             with self._lock:
                 self._partitions = partitions
                 self._invalid = Counter(invalid)
@@ -662,7 +662,36 @@ class Engine:
         )
         return self._restore_report
 
+    def load_bytes(self, payload: bytes) -> int:
+        """Replace model, tracker, counters and offsets with a saved state; return events learned.
+
+        ``payload`` is :meth:`checkpoint_bytes`'s form (a state record's payload). Everything is
+        decoded and checked before anything is replaced, so on an error the engine is unchanged.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the state holds another model than the engine's.
+        StateError, KeyError, TypeError, ValueError
+            When the state cannot be loaded (see :data:`LOAD_ERRORS`).
+        """
+        learner, tracker, partitions, invalid = self._decode_state(payload)
+        with self._lock:
+            self._partitions = partitions
+            self._invalid = Counter(invalid)
+            self._install(learner, tracker)
+        return learner.n_seen
+
     # -- internals ------------------------------------------------------------------------------
+
+    def _decode_state(
+        self, payload: bytes
+    ) -> tuple[LinearLearner, BoundTracker, dict[PartitionKey, _Partition], dict[str, int]]:
+        learner, tracker, extra = load_state(payload)
+        self._check_compatible(learner, tracker)
+        assert tracker is not None  # _check_compatible refuses a state without one
+        partitions, invalid = _partitions_from(extra)
+        return learner, tracker, partitions, invalid
 
     def _install(self, learner: LinearLearner, tracker: BoundTracker) -> None:
         self._learner = learner

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
+from typing import Protocol
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
@@ -25,6 +26,7 @@ from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
 from service.model import ReferenceError, build_learner, build_tracker
+from service.replica import Replica
 from service.server import HttpServer
 from service.settings import Settings
 
@@ -44,6 +46,19 @@ class StartupError(RuntimeError):
     """The service cannot start (bad reference file, unreadable checkpoint directory...)."""
 
 
+class Worker(Protocol):
+    """The thread beside the HTTP server: the consumer runner, or a replica's state follower."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float | None = None) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> bool: ...
+
+
 @dataclass
 class Service:
     """Everything the process runs, built from one settings object."""
@@ -52,7 +67,7 @@ class Service:
     registry: CollectorRegistry
     metrics: Metrics
     engine: Engine
-    runner: ConsumerRunner
+    runner: Worker
     app: FastAPI
     http: HttpServer
 
@@ -63,7 +78,7 @@ class Service:
 
     @property
     def running(self) -> bool:
-        """Whether both the HTTP server and the consumer are still running."""
+        """Whether both the HTTP server and the worker (consumer or follower) still run."""
         return self.http.running and self.runner.running
 
     def start(self) -> None:
@@ -116,15 +131,23 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         tracker = build_tracker(settings, learner.encoder.dimension)
     except ReferenceError as exc:
         raise StartupError(str(exc)) from None
-    try:
-        store = CheckpointStore(settings.checkpoint.path)
-        engine = Engine(learner, tracker, observer=metrics)
-        engine.restore(store)
-    except (IncompatibleCheckpointError, OSError) as exc:
-        raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
+    engine = Engine(learner, tracker, observer=metrics)
+    runner: Worker
+    if settings.service.role == "replica":
+        # A replica's model comes from the state topic only: no checkpoint, no events consumer.
+        replica = Replica(settings, engine, metrics)
+        runner = replica.follower
+        app = create_app(settings, replica, replica, metrics)
+    else:
+        try:
+            store = CheckpointStore(settings.checkpoint.path)
+            engine.restore(store)
+        except (IncompatibleCheckpointError, OSError) as exc:
+            raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
+        consumer = ConsumerRunner(engine, store, runner_settings(settings), fault_observer=metrics)
+        runner = consumer
+        app = create_app(settings, engine, consumer, metrics)
     metrics.record_stats(engine.snapshot.stats)
-    runner = ConsumerRunner(engine, store, runner_settings(settings), fault_observer=metrics)
-    app = create_app(settings, engine, runner, metrics)
     http = HttpServer(
         app,
         settings.http.host,
@@ -169,10 +192,16 @@ def run_service(settings: Settings) -> int:
         except (StartupError, OSError, RuntimeError) as exc:
             logger.error("cannot start: %s", exc)
             return EXIT_FAILURE
+        source = (
+            f"following {settings.kafka.state_topic_name}"
+            if settings.service.role == "replica"
+            else f"consuming {settings.kafka.topic}"
+        )
         logger.info(
-            "novikoff serving %s, consuming %s from %s",
+            "novikoff %s serving %s, %s from %s",
+            settings.service.role,
             service.url,
-            settings.kafka.topic,
+            source,
             settings.kafka.bootstrap_servers,
         )
         while not stop.wait(SUPERVISE_INTERVAL_S):

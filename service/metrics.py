@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
-from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
+from consumers.engine import BatchReport, CheckpointReport, EngineSnapshot, PartitionProgress
 from consumers.faults import FAULT_KINDS, ConsumerFault
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,12 @@ REFERENCE_GAUGES = (
     ),
 )
 """(``/stats`` bound entry key, metric name, help) of the per-reference gauges set from it."""
+
+MODEL_AGE_METRIC = "novikoff_model_age_seconds"
+MODEL_AGE_HELP = (
+    "Replicas: seconds since the replica last confirmed that its model is the newest in the "
+    "state topic (NaN before it has a model)."
+)
 
 UNMATCHED_ROUTE = "unmatched"
 """The ``route`` label of requests no route matched, so unknown paths add no series."""
@@ -213,15 +221,7 @@ class Metrics:
 
     def on_batch(self, report: BatchReport) -> None:
         """A batch was applied: bring everything to its snapshot and time it."""
-        snapshot = report.snapshot
-        self.record_stats(snapshot.stats)
-        predictor = snapshot.predictor
-        self.record_weight_norms(
-            {
-                "last": float(np.linalg.norm(predictor.weights)),
-                "averaged": float(np.linalg.norm(predictor.averaged_weights)),
-            }
-        )
+        self.record_snapshot(report.snapshot)
         self.observe_batch(report.seconds, report.records)
 
     def on_rejected(self, reason: str, count: int) -> None:
@@ -272,6 +272,21 @@ class Metrics:
             self._record_lag(stats["partitions"])
         if "ready" in stats:
             self._ready.set(1.0 if stats["ready"] else 0.0)
+
+    def record_snapshot(self, snapshot: EngineSnapshot) -> None:
+        """Bring the learning metrics and the weight norms to an engine snapshot."""
+        self.record_stats(snapshot.stats)
+        predictor = snapshot.predictor
+        self.record_weight_norms(
+            {
+                "last": float(np.linalg.norm(predictor.weights)),
+                "averaged": float(np.linalg.norm(predictor.averaged_weights)),
+            }
+        )
+
+    def watch_model_age(self, age: Callable[[], float | None]) -> None:
+        """Export ``novikoff_model_age_seconds``, read from ``age`` at every scrape."""
+        self.registry.register(ModelAgeCollector(age))
 
     def record_weight_norms(self, norms: Mapping[str, float]) -> None:
         """Set the weight norm of each predictor (``last``, ``averaged``, ``voted``)."""
@@ -335,6 +350,35 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class ModelAgeCollector(Collector):
+    """``novikoff_model_age_seconds``: how stale a replica's model is, read when scraped.
+
+    The value is owned by the replica (:class:`service.replica.Replica`); the collector only
+    reads it, so the exposition is never older than the scrape. NaN until there is a model.
+
+    Examples
+    --------
+    >>> registry = CollectorRegistry()
+    >>> registry.register(ModelAgeCollector(lambda: 2.5))
+    >>> registry.get_sample_value(MODEL_AGE_METRIC)
+    2.5
+    """
+
+    def __init__(self, age: Callable[[], float | None]) -> None:
+        self._age = age
+
+    def describe(self) -> list[Metric]:
+        """The family without reading the value (registration must not call the replica)."""
+        return [GaugeMetricFamily(MODEL_AGE_METRIC, MODEL_AGE_HELP)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with the current age."""
+        age = self._age()
+        yield GaugeMetricFamily(
+            MODEL_AGE_METRIC, MODEL_AGE_HELP, value=math.nan if age is None else age
+        )
 
 
 def _is_number(value: object) -> bool:

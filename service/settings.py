@@ -84,6 +84,9 @@ MOVED_SETTINGS = {"max_features": "model.max_features_per_event"}
 DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
 DEFAULT_SHUTDOWN_DEADLINE_SECONDS = 15.0
+# A replica is not ready once it has not confirmed for this long that its model is the newest in
+# the state topic (four learner checkpoint intervals of 5 s, plus margin for a broker hiccup).
+DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS = 30.0
 DEFAULT_MARGIN_WINDOW = 1_000
 DEFAULT_MAX_VOTERS = 64
 DEFAULT_VOCABULARY_SIZE = 65_536
@@ -379,10 +382,18 @@ class LoggingSettings(_Section):
         return value.upper() if isinstance(value, str) else value
 
 
+ROLES = ("learner", "replica")
+Role = Literal["learner", "replica"]
+
+
 class ServiceSettings(_Section):
-    """The process as a whole."""
+    """The process as a whole: its role and how it stops."""
 
     shutdown_deadline_seconds: float = Field(default=DEFAULT_SHUTDOWN_DEADLINE_SECONDS, gt=0)
+    role: Role = "learner"
+    replica_max_model_age_seconds: float = Field(
+        default=DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS, gt=0
+    )
 
 
 class Settings(BaseSettings):
@@ -403,6 +414,15 @@ class Settings(BaseSettings):
     checkpoint: CheckpointSettings = CheckpointSettings()
     logging: LoggingSettings = LoggingSettings()
     service: ServiceSettings = ServiceSettings()
+
+    @model_validator(mode="after")
+    def _replica_follows_a_fixed_encoder(self) -> Settings:
+        if self.service.role == "replica" and self.model.encoding == "vocabulary":
+            raise ValueError(
+                'service.role "replica" needs a fixed encoder: a replica cannot follow the '
+                'growing "vocabulary" encoding (use "hashing")'
+            )
+        return self
 
     @model_validator(mode="after")
     def _references_fit_model(self) -> Settings:
