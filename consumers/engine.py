@@ -256,6 +256,21 @@ class RestoreReport:
     partitions: int
 
 
+@dataclass(frozen=True)
+class LoadedState:
+    """A verified state payload, loaded and checked against the engine's model, not installed."""
+
+    learner: LinearLearner
+    tracker: BoundTracker
+    partitions: dict[PartitionKey, _Partition]
+    invalid: dict[str, int]
+
+    @property
+    def applied(self) -> int:
+        """Records this state has applied (learned + rejected): it only grows along a history."""
+        return self.learner.n_seen + sum(self.invalid.values())
+
+
 class EngineObserver(Protocol):
     """Receives the engine's events; ``service.metrics`` implements it.
 
@@ -583,11 +598,19 @@ class Engine:
             }
             return dump_state(self._learner, self._tracker, extra), offsets
 
-    def checkpoint(self, store: CheckpointStore) -> CheckpointReport:
-        """Save a checkpoint to ``store``; failures are reported, logged and raised."""
+    def checkpoint(
+        self,
+        store: CheckpointStore,
+        prepared: tuple[bytes, dict[PartitionKey, int]] | None = None,
+    ) -> CheckpointReport:
+        """Save a checkpoint to ``store``; failures are reported, logged and raised.
+
+        ``prepared`` is a :meth:`checkpoint_bytes` result taken since the last :meth:`apply`
+        (the state record of the same checkpoint), saved instead of serialising again.
+        """
         started = time.perf_counter()
         try:
-            payload, offsets = self.checkpoint_bytes()
+            payload, offsets = prepared if prepared is not None else self.checkpoint_bytes()
             info = store.save(payload)
         except Exception as exc:
             report = CheckpointReport(
@@ -621,35 +644,15 @@ class Engine:
         for loaded in store.load_valid():
             skipped.extend(loaded.skipped)
             try:
-                learner, tracker, extra = load_state(loaded.payload)
-                self._check_compatible(learner, tracker)
-                partitions, invalid = _partitions_from(extra)
-            except (StateError, KeyError, TypeError, ValueError) as exc:
+                state = self.load_payload(loaded.payload)
+            except (StateError, ValueError) as exc:
                 reason = f"cannot be loaded: {exc}"
                 store.quarantine(loaded.path, reason)
                 skipped.append(SkippedCheckpoint(path=loaded.path, reason=reason))
                 continue
-            assert tracker is not None
-            with self._lock:
-                self._partitions = partitions
-                self._invalid = Counter(invalid)
-                self._install(learner, tracker)
-            logger.info(
-                "restored checkpoint %s: %d events learned, %d partition(s): %s",
-                loaded.path.name,
-                learner.n_seen,
-                len(partitions),
-                ", ".join(f"{t}/{p}@{s.next_offset}" for (t, p), s in sorted(partitions.items())),
+            return self.install(
+                state, f"checkpoint {loaded.path.name}", str(loaded.path), loaded.sequence, skipped
             )
-            self._restore_report = RestoreReport(
-                restored=True,
-                path=str(loaded.path),
-                sequence=loaded.sequence,
-                skipped=tuple(skipped),
-                seen=learner.n_seen,
-                partitions=len(partitions),
-            )
-            return self._restore_report
         if skipped:
             logger.error(
                 "NO usable checkpoint: %d checkpoint(s) in %s were damaged or unreadable; "
@@ -659,6 +662,63 @@ class Engine:
             )
         self._restore_report = RestoreReport(
             restored=False, path=None, sequence=None, skipped=tuple(skipped), seen=0, partitions=0
+        )
+        return self._restore_report
+
+    @property
+    def applied(self) -> int:
+        """Records applied so far (learned + rejected), the measure :class:`LoadedState` shares."""
+        with self._lock:
+            return self._learner.n_seen + sum(self._invalid.values())
+
+    def load_payload(self, payload: bytes) -> LoadedState:
+        """Load a ``checkpoint_bytes`` payload and check it holds this engine's model.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the payload holds another model (learner, encoder, labels or references).
+        StateError, ValueError
+            When the payload is damaged or not a state this engine wrote.
+        """
+        try:
+            learner, tracker, extra = load_state(payload)
+            self._check_compatible(learner, tracker)
+            partitions, invalid = _partitions_from(extra)
+        except IncompatibleCheckpointError:
+            raise
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed state: {exc!r}") from exc
+        assert tracker is not None
+        return LoadedState(learner, tracker, partitions, invalid)
+
+    def install(
+        self,
+        state: LoadedState,
+        origin: str,
+        path: str | None = None,
+        sequence: int | None = None,
+        skipped: Sequence[SkippedCheckpoint] = (),
+    ) -> RestoreReport:
+        """Replace the model, counters and offsets with ``state`` (from :meth:`load_payload`)."""
+        with self._lock:
+            self._partitions = dict(state.partitions)
+            self._invalid = Counter(state.invalid)
+            self._install(state.learner, state.tracker)
+        logger.info(
+            "restored %s: %d events learned, %d partition(s): %s",
+            origin,
+            state.learner.n_seen,
+            len(state.partitions),
+            offsets_text((key, p.next_offset) for key, p in state.partitions.items()),
+        )
+        self._restore_report = RestoreReport(
+            restored=True,
+            path=path,
+            sequence=sequence,
+            skipped=tuple(skipped),
+            seen=state.learner.n_seen,
+            partitions=len(state.partitions),
         )
         return self._restore_report
 
