@@ -65,9 +65,6 @@ MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
 PREDICTOR_NAMES = ("last", "averaged", "voted")
 
-LOAD_ERRORS = (StateError, KeyError, TypeError, ValueError)
-"""What loading a saved state raises when its bytes verify but its content is unusable."""
-
 PartitionKey = tuple[str, int]
 _Record = TypeVar("_Record", bound=SourceRecord)
 
@@ -257,6 +254,21 @@ class RestoreReport:
     skipped: tuple[SkippedCheckpoint, ...]
     seen: int
     partitions: int
+
+
+@dataclass(frozen=True)
+class LoadedState:
+    """A verified state payload, loaded and checked against the engine's model, not installed."""
+
+    learner: LinearLearner
+    tracker: BoundTracker
+    partitions: dict[PartitionKey, _Partition]
+    invalid: dict[str, int]
+
+    @property
+    def applied(self) -> int:
+        """Records this state has applied (learned + rejected): it only grows along a history."""
+        return self.learner.n_seen + sum(self.invalid.values())
 
 
 class EngineObserver(Protocol):
@@ -586,11 +598,19 @@ class Engine:
             }
             return dump_state(self._learner, self._tracker, extra), offsets
 
-    def checkpoint(self, store: CheckpointStore) -> CheckpointReport:
-        """Save a checkpoint to ``store``; failures are reported, logged and raised."""
+    def checkpoint(
+        self,
+        store: CheckpointStore,
+        prepared: tuple[bytes, dict[PartitionKey, int]] | None = None,
+    ) -> CheckpointReport:
+        """Save a checkpoint to ``store``; failures are reported, logged and raised.
+
+        ``prepared`` is a :meth:`checkpoint_bytes` result taken since the last :meth:`apply`
+        (the state record of the same checkpoint), saved instead of serialising again.
+        """
         started = time.perf_counter()
         try:
-            payload, offsets = self.checkpoint_bytes()
+            payload, offsets = prepared if prepared is not None else self.checkpoint_bytes()
             info = store.save(payload)
         except Exception as exc:
             report = CheckpointReport(
@@ -624,32 +644,15 @@ class Engine:
         for loaded in store.load_valid():
             skipped.extend(loaded.skipped)
             try:
-                learner, tracker, partitions, invalid = self._decode_state(loaded.payload)
-            except LOAD_ERRORS as exc:
+                state = self.load_payload(loaded.payload)
+            except (StateError, ValueError) as exc:
                 reason = f"cannot be loaded: {exc}"
                 store.quarantine(loaded.path, reason)
                 skipped.append(SkippedCheckpoint(path=loaded.path, reason=reason))
                 continue
-            with self._lock:
-                self._partitions = partitions
-                self._invalid = Counter(invalid)
-                self._install(learner, tracker)
-            logger.info(
-                "restored checkpoint %s: %d events learned, %d partition(s): %s",
-                loaded.path.name,
-                learner.n_seen,
-                len(partitions),
-                ", ".join(f"{t}/{p}@{s.next_offset}" for (t, p), s in sorted(partitions.items())),
+            return self.install(
+                state, f"checkpoint {loaded.path.name}", str(loaded.path), loaded.sequence, skipped
             )
-            self._restore_report = RestoreReport(
-                restored=True,
-                path=str(loaded.path),
-                sequence=loaded.sequence,
-                skipped=tuple(skipped),
-                seen=learner.n_seen,
-                partitions=len(partitions),
-            )
-            return self._restore_report
         if skipped:
             logger.error(
                 "NO usable checkpoint: %d checkpoint(s) in %s were damaged or unreadable; "
@@ -662,36 +665,64 @@ class Engine:
         )
         return self._restore_report
 
-    def load_bytes(self, payload: bytes) -> int:
-        """Replace model, tracker, counters and offsets with a saved state; return events learned.
+    @property
+    def applied(self) -> int:
+        """Records applied so far (learned + rejected), the measure :class:`LoadedState` shares."""
+        with self._lock:
+            return self._learner.n_seen + sum(self._invalid.values())
 
-        ``payload`` is :meth:`checkpoint_bytes`'s form (a state record's payload). Everything is
-        decoded and checked before anything is replaced, so on an error the engine is unchanged.
+    def load_payload(self, payload: bytes) -> LoadedState:
+        """Load a ``checkpoint_bytes`` payload and check it holds this engine's model.
 
         Raises
         ------
         IncompatibleCheckpointError
-            When the state holds another model than the engine's.
-        StateError, KeyError, TypeError, ValueError
-            When the state cannot be loaded (see :data:`LOAD_ERRORS`).
+            When the payload holds another model (learner, encoder, labels or references).
+        StateError, ValueError
+            When the payload is damaged or not a state this engine wrote.
         """
-        learner, tracker, partitions, invalid = self._decode_state(payload)
+        try:
+            learner, tracker, extra = load_state(payload)
+            self._check_compatible(learner, tracker)
+            partitions, invalid = _partitions_from(extra)
+        except IncompatibleCheckpointError:
+            raise
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed state: {exc!r}") from exc
+        assert tracker is not None
+        return LoadedState(learner, tracker, partitions, invalid)
+
+    def install(
+        self,
+        state: LoadedState,
+        origin: str,
+        path: str | None = None,
+        sequence: int | None = None,
+        skipped: Sequence[SkippedCheckpoint] = (),
+    ) -> RestoreReport:
+        """Replace the model, counters and offsets with ``state`` (from :meth:`load_payload`)."""
         with self._lock:
-            self._partitions = partitions
-            self._invalid = Counter(invalid)
-            self._install(learner, tracker)
-        return learner.n_seen
+            self._partitions = dict(state.partitions)
+            self._invalid = Counter(state.invalid)
+            self._install(state.learner, state.tracker)
+        logger.info(
+            "restored %s: %d events learned, %d partition(s): %s",
+            origin,
+            state.learner.n_seen,
+            len(state.partitions),
+            offsets_text((key, p.next_offset) for key, p in state.partitions.items()),
+        )
+        self._restore_report = RestoreReport(
+            restored=True,
+            path=path,
+            sequence=sequence,
+            skipped=tuple(skipped),
+            seen=state.learner.n_seen,
+            partitions=len(state.partitions),
+        )
+        return self._restore_report
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _decode_state(
-        self, payload: bytes
-    ) -> tuple[LinearLearner, BoundTracker, dict[PartitionKey, _Partition], dict[str, int]]:
-        learner, tracker, extra = load_state(payload)
-        self._check_compatible(learner, tracker)
-        assert tracker is not None  # _check_compatible refuses a state without one
-        partitions, invalid = _partitions_from(extra)
-        return learner, tracker, partitions, invalid
 
     def _install(self, learner: LinearLearner, tracker: BoundTracker) -> None:
         self._learner = learner

@@ -16,18 +16,37 @@ keep the previous good record.
 from __future__ import annotations
 
 import json
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
 
 from consumers.checkpoint import HEADER, CheckpointError, frame, unframe
+
+logger = logging.getLogger(__name__)
 
 STATE_TOPIC_SUFFIX = ".state"
 """The default state topic is the events topic plus this suffix (``events.state``)."""
 STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 """Topic configuration the state topic is created with: only the newest record per key is kept."""
 KEY_ENCODING = "utf-8"
+READ_COMMITTED = "read_committed"
+DEFAULT_KEEP_RECORDS = 2
+"""Verified records kept while reading, newest first: the newest and the one before it."""
+DEFAULT_READ_TIMEOUT_SECONDS = 30.0
+READ_POLL_MS = 500
 
 
 class StateRecordError(CheckpointError):
     """A state-topic record is unusable (tombstone, truncated, altered, not a state record)."""
+
+
+class StateTopicUnavailableError(RuntimeError):
+    """The state topic could not be read to its end (missing, broker away, timeout)."""
 
 
 def default_state_topic(topic: str) -> str:
@@ -97,3 +116,99 @@ def state_record_sequence(value: bytes) -> int:
     decode_state_record(value)
     _, sequence, _, _ = HEADER.unpack_from(value)
     return int(sequence)
+
+
+@dataclass(frozen=True, slots=True)
+class StateRecord:
+    """A verified state record read back from the state topic."""
+
+    offset: int
+    sequence: int
+    payload: bytes
+
+
+def read_state_records(
+    connection: Mapping[str, Any],
+    topic: str,
+    key: bytes,
+    *,
+    keep: int = DEFAULT_KEEP_RECORDS,
+    timeout_s: float = DEFAULT_READ_TIMEOUT_SECONDS,
+) -> list[StateRecord]:
+    """The newest verified records of ``key`` in the state topic, newest first (at most ``keep``).
+
+    The topic is read ``read_committed`` from its start to its last stable offset, so records of
+    an open or aborted transaction are never seen. A record failing verification is logged at
+    ERROR and skipped: the previous good one of the key stays a candidate.
+
+    Parameters
+    ----------
+    connection
+        Connection and security options only (``KafkaConsumer`` keyword arguments): the topic is
+        read by assignment, outside any group.
+    topic, key
+        The state topic and the record key (:func:`state_key`).
+    keep
+        How many verified records to keep, so a caller that refuses the newest can fall back.
+    timeout_s
+        Bound on the whole read.
+
+    Raises
+    ------
+    StateTopicUnavailableError
+        When the topic cannot be read to its end within ``timeout_s``.
+    """
+    consumer = KafkaConsumer(
+        **connection,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level=READ_COMMITTED,
+    )
+    try:
+        return _read(consumer, topic, key, keep, timeout_s)
+    except StateTopicUnavailableError:
+        raise
+    except Exception as exc:
+        raise StateTopicUnavailableError(f"cannot read state topic {topic!r}: {exc!r}") from exc
+    finally:
+        consumer.close()
+
+
+def _read(consumer: Any, topic: str, key: bytes, keep: int, timeout_s: float) -> list[StateRecord]:
+    deadline = time.monotonic() + timeout_s
+    partitions = consumer.partitions_for_topic(topic)
+    if partitions is None:
+        raise StateTopicUnavailableError(f"state topic {topic!r} does not exist")
+    assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning(*assigned)
+    ends = consumer.end_offsets(assigned)
+    found: deque[StateRecord] = deque(maxlen=keep)
+    remaining = {tp for tp in assigned if ends.get(tp, 0) > consumer.position(tp)}
+    while remaining:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            raise StateTopicUnavailableError(
+                f"state topic {topic!r} not read to its end within {timeout_s}s"
+            )
+        polled = consumer.poll(timeout_ms=min(left_ms, READ_POLL_MS))
+        for tp, records in sorted(polled.items(), key=lambda item: item[0].partition):
+            for record in records:
+                if record.key != key:
+                    continue
+                try:
+                    payload = decode_state_record(record.value)
+                except StateRecordError as exc:
+                    logger.error(
+                        "state record %s/%d@%d skipped: %s; the previous one is used",
+                        tp.topic,
+                        tp.partition,
+                        record.offset,
+                        exc,
+                    )
+                    continue
+                found.append(
+                    StateRecord(record.offset, state_record_sequence(record.value), payload)
+                )
+        remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
+    return list(reversed(found))

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.transactions import TransactionSettings, state_topic_candidate
 from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -29,6 +30,7 @@ from service.model import ReferenceError, build_learner, build_tracker
 from service.replica import Replica
 from service.server import HttpServer
 from service.settings import Settings
+from service.topics import ensure_state_topic
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +146,16 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
             engine.restore(store)
         except (IncompatibleCheckpointError, OSError) as exc:
             raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
-        consumer = ConsumerRunner(engine, store, runner_settings(settings), fault_observer=metrics)
+        options = runner_settings(settings)
+        if options.transactions is not None:
+            _restore_from_state_topic(engine, settings, options.transactions)
+        consumer = ConsumerRunner(
+            engine,
+            store,
+            options,
+            fault_observer=metrics,
+            ensure_state_topic=lambda: ensure_state_topic(settings.kafka),
+        )
         runner = consumer
         app = create_app(settings, engine, consumer, metrics)
     metrics.record_stats(engine.snapshot.stats)
@@ -159,9 +170,40 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     return Service(settings, registry, metrics, engine, runner, app, http)
 
 
+def _restore_from_state_topic(
+    engine: Engine, settings: Settings, transactions: TransactionSettings
+) -> None:
+    """Start from the state topic's newest state when it is newer than the local cache.
+
+    Refuses to start (:class:`StartupError`) when the state topic holds another model. A broker
+    that cannot be reached now is no reason not to start: the owner restores on assignment.
+    """
+    try:
+        candidate = state_topic_candidate(
+            engine, settings.kafka.client_config(), transactions, settings.kafka.group_id
+        )
+    except IncompatibleCheckpointError as exc:
+        raise StartupError(str(exc)) from None
+    except Exception as exc:
+        logger.warning("state topic not read at start (%r); it is read on assignment", exc)
+        return
+    if candidate is not None and candidate.state.applied > engine.applied:
+        engine.install(candidate.state, candidate.origin, sequence=candidate.sequence)
+
+
+def transaction_settings(settings: Settings) -> TransactionSettings | None:
+    """Exactly-once settings (``None`` when ``[kafka] transactions`` is off)."""
+    if not settings.kafka.transactions:
+        return None
+    return TransactionSettings(
+        state_topic=settings.kafka.state_topic_name, model_id=settings.kafka.topic
+    )
+
+
 def runner_settings(settings: Settings) -> RunnerSettings:
     """The consumer runner's settings from the service's."""
     return RunnerSettings(
+        transactions=transaction_settings(settings),
         topic=settings.kafka.topic,
         consumer_config=settings.kafka.consumer_config(),
         producer_config=settings.kafka.producer_config(),

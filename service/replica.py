@@ -4,8 +4,9 @@
 reads the events topic. A :class:`~consumers.state_follower.StateFollower` reads the compacted
 state topic (``read_committed``, from the beginning) and each newer state record of the key
 ``state_key(group_id, topic)`` replaces the engine's model, tracker, counters and offsets
-(:meth:`consumers.engine.Engine.load_bytes`). The HTTP API is the learner's: ``/predict``,
-``/model``, ``/stats``, ``/metrics`` and the dashboard report the learner's model version.
+(:meth:`consumers.engine.Engine.load_payload`, then ``install``). The HTTP API is the learner's:
+``/predict``, ``/model``, ``/stats``, ``/metrics`` and the dashboard report the learner's model
+version.
 
 Readiness: ``/readyz`` answers 503 until the replica holds a model and has read the state topic
 to its end, and again once it has not confirmed for ``[service] replica_max_model_age_seconds``
@@ -137,12 +138,6 @@ class Replica:
 
     def _accept(self, payload: bytes) -> None:
         """Install a followed state (raises, leaving the model as it was, when it is unusable)."""
-        seen = self._engine.load_bytes(payload)
-        snapshot = self._engine.snapshot
-        self._metrics.record_snapshot(snapshot)
-        logger.info(
-            "following model version %d (%d events learned) from %s",
-            snapshot.model_version,
-            seen,
-            self._topic,
-        )
+        state = self._engine.load_payload(payload)
+        self._engine.install(state, f"model version {state.learner.version} from {self._topic}")
+        self._metrics.record_snapshot(self._engine.snapshot)

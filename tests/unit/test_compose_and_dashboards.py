@@ -91,6 +91,11 @@ def promql_metric_names(expr: str) -> set[str]:
     return names
 
 
+def role_of(name: str) -> str:
+    """``learner`` or ``replica``: what a compose server's name says it is."""
+    return name.split("-", maxsplit=1)[0]
+
+
 def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
@@ -240,7 +245,7 @@ def test_novikoff_config_loads_with_the_compose_environment(
     assert [reference.name for reference in settings.bound.references] == ["u"]
     assert settings.http.auth == "token"
     assert "/metrics" in settings.http.open_paths, "the bundled Prometheus scrapes without a token"
-    assert settings.service.role == name.split("-")[0]
+    assert settings.service.role == role_of(name)
 
 
 @pytest.mark.parametrize("name", SERVERS)
@@ -287,7 +292,7 @@ def test_prometheus_scrapes_novikoff_and_loads_the_alerts(services: dict[str, An
         for group in job["static_configs"]
         for target in group["targets"]
     }
-    assert targets == {f"{name}:{NOVIKOFF_PORT}": name.split("-")[0] for name in SERVERS}
+    assert targets == {f"{name}:{NOVIKOFF_PORT}": role_of(name) for name in SERVERS}
     assert job.get("metrics_path", "/metrics") == "/metrics"
     mounts = bind_mounts(services["prometheus"])
     assert mounts["/etc/prometheus/prometheus.yml"] == PROMETHEUS
