@@ -11,6 +11,8 @@ Invariants
 * Records of one key arrive in offset order (one key lives in one partition), so the newest
   record is the one with the highest offset; within one poll only the newest usable record is
   handed over, older ones of the same poll are never loaded.
+* A state split into chunks (:mod:`consumers.state_chunks`, a record above the broker's message
+  limit) is put back together before it is verified; its chunks precede its manifest.
 * A record that fails verification (:func:`consumers.state_topic.decode_state_record`) or that
   ``accept`` refuses (raises) is skipped with an ERROR, and the previously accepted state stays:
   a damaged record never replaces a good model.
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
+from consumers.state_chunks import StateAssembler
 from consumers.state_topic import StateRecordError, decode_state_record
 
 logger = logging.getLogger(__name__)
@@ -148,6 +151,7 @@ class StateFollower:
         self._caught_up_at: float | None = None
         self._problem: str | None = "not started"
         self._skipped = 0
+        self._assembler = StateAssembler(key)
 
     # -- what readers see -----------------------------------------------------------------------
 
@@ -243,6 +247,8 @@ class StateFollower:
 
     def _take_newest(self, partition: int, records: Sequence[StateRecordLike]) -> None:
         """Accept the newest usable record of the key among ``records`` (offset order)."""
+        for record in records:
+            self._assembler.add_chunk(record.key, record.value)
         for record in reversed(records):
             if record.key != self._key:
                 continue
@@ -253,7 +259,7 @@ class StateFollower:
             ):
                 return
             try:
-                payload = decode_state_record(record.value)
+                payload = decode_state_record(self._assembler.complete(record.value))
                 self._accept(payload)
             except Exception as exc:
                 self._skipped += 1
