@@ -1,10 +1,10 @@
 """State records larger than the broker's message limit: split into chunks, never dropped.
 
-A state record (:func:`consumers.state_topic.encode_state_record`) grows with the model: a dense
-model of 1,000 features with 64 voters is about 1 MB, a 2^18-bucket hashed model several MB, while
-Kafka refuses a message above ``message.max.bytes`` (1 MiB by default). A value above
-``max_bytes`` is therefore **split**: its chunks go first, each under its own key, and a small
-*manifest* goes last under the state key::
+A state record (``consumers.state_topic.encode_state_record``, the checkpoint frame) grows with
+the model: a dense model of 1,000 features with 64 voters is about 1 MB, a 2^18-bucket hashed
+model several MB, while Kafka refuses a message above ``message.max.bytes`` (1 MiB by default).
+A value above ``max_bytes`` is therefore **split**: its chunks go first, each under its own key,
+and a small *manifest* goes last under the state key::
 
     chunk key      = the state key's JSON object plus "chunk": <index>
     chunk value    = CHUNK_MAGIC | sequence u64 | index u32 | count u32 | bytes of the value
@@ -23,7 +23,7 @@ import hashlib
 import json
 import struct
 
-from consumers.state_topic import StateRecordError, state_record_sequence
+from consumers.checkpoint import HEADER, MAGIC, CheckpointError
 
 CHUNK_MAGIC = b"NVKCHNK1"
 SPLIT_MAGIC = b"NVKSPLT1"
@@ -31,9 +31,14 @@ CHUNK_HEADER = struct.Struct(">8sQII")
 SPLIT_HEADER = struct.Struct(">8sQIQ32s")
 CHUNK_FIELD = "chunk"
 KEY_ENCODING = "utf-8"
+MIN_RECORD_BYTES = 1_024
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 """Below Kafka's default ``message.max.bytes`` (1,048,588) and the producer's ``max_request_size``
 (1,048,576), with room for the record's key and the batch overhead."""
+
+
+class SplitRecordError(CheckpointError):
+    """A split state record cannot be put back together (a chunk missing, altered or foreign)."""
 
 
 def chunk_key(key: bytes, index: int) -> bytes:
@@ -53,8 +58,8 @@ def split_state_value(key: bytes, value: bytes, max_bytes: int) -> list[tuple[by
     One record (``value`` itself) when it fits in ``max_bytes``; otherwise its chunks, each
     within ``max_bytes``, then the manifest under ``key``.
 
-    >>> from consumers.state_topic import encode_state_record
-    >>> value = encode_state_record(b"x" * 500, 7)
+    >>> from consumers.checkpoint import frame
+    >>> value = frame(b"x" * 500, 7)
     >>> [len(v) for _, v in split_state_value(b'{"model":"m"}', value, 1000)]
     [556]
     >>> parts = split_state_value(b'{"model":"m"}', value, 300)
@@ -66,7 +71,9 @@ def split_state_value(key: bytes, value: bytes, max_bytes: int) -> list[tuple[by
     size = max_bytes - CHUNK_HEADER.size
     if size <= 0:
         raise ValueError(f"max_bytes {max_bytes} leaves no room after the chunk header")
-    sequence = state_record_sequence(value)
+    magic, sequence, _, _ = HEADER.unpack_from(value)
+    if magic != MAGIC:
+        raise ValueError("only a framed state record (encode_state_record) can be split")
     pieces = [value[start : start + size] for start in range(0, len(value), size)]
     count = len(pieces)
     records = [
@@ -85,14 +92,14 @@ class StateAssembler:
     of the state key with :meth:`complete`, which returns the whole value. Only the newest chunk
     of each index is kept, so memory is bounded by the largest split record.
 
-    >>> from consumers.state_topic import decode_state_record, encode_state_record
+    >>> from consumers.checkpoint import frame, unframe
     >>> key = b'{"model":"m"}'
-    >>> value = encode_state_record(b"model bytes " * 100, 2)
+    >>> value = frame(b"model bytes " * 100, 2)
     >>> assembler = StateAssembler(key)
     >>> *chunks, (_, manifest) = split_state_value(key, value, 400)
     >>> for chunk_key_, chunk in chunks:
     ...     assembler.add_chunk(chunk_key_, chunk)
-    >>> decode_state_record(assembler.complete(manifest)) == b"model bytes " * 100
+    >>> unframe(assembler.complete(manifest)) == b"model bytes " * 100
     True
     """
 
@@ -117,26 +124,26 @@ class StateAssembler:
 
         Raises
         ------
-        StateRecordError
+        SplitRecordError
             When ``value`` is a manifest whose chunks are missing or do not add up.
         """
         if value is None or not value.startswith(SPLIT_MAGIC):
             return value
         if len(value) != SPLIT_HEADER.size:
-            raise StateRecordError("bad state record: a split manifest of the wrong length")
+            raise SplitRecordError("bad state record: a split manifest of the wrong length")
         _, sequence, count, total, digest = SPLIT_HEADER.unpack(value)
         pieces = []
         for index in range(count):
             held = self._chunks.get(index)
             if held is None or held[0] != sequence:
-                raise StateRecordError(
+                raise SplitRecordError(
                     f"bad state record: chunk {index} of {count} of split record {sequence} "
                     "is missing"
                 )
             pieces.append(held[1])
         whole = b"".join(pieces)
         if len(whole) != total or hashlib.sha256(whole).digest() != digest:
-            raise StateRecordError(
+            raise SplitRecordError(
                 f"bad state record: the chunks of split record {sequence} do not match its "
                 "manifest (length or SHA-256)"
             )

@@ -33,8 +33,9 @@ from typing import Any, Protocol
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
+from consumers.checkpoint import CheckpointError
 from consumers.state_chunks import StateAssembler
-from consumers.state_topic import StateRecordError, decode_state_record
+from consumers.state_topic import decode_state_record
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +264,7 @@ class StateFollower:
                 self._accept(payload)
             except Exception as exc:
                 self._skipped += 1
-                reason = str(exc) if isinstance(exc, StateRecordError) else repr(exc)
+                reason = str(exc) if isinstance(exc, CheckpointError) else repr(exc)
                 logger.error(
                     "skipping state record %s/%d@%d: %s; keeping the previous state",
                     self._topic,

@@ -26,6 +26,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from consumers.checkpoint import HEADER, CheckpointError, frame, unframe
+from consumers.state_chunks import StateAssembler
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +185,7 @@ def _read(consumer: Any, topic: str, key: bytes, keep: int, timeout_s: float) ->
     consumer.seek_to_beginning(*assigned)
     ends = consumer.end_offsets(assigned)
     found: deque[StateRecord] = deque(maxlen=keep)
+    assembler = StateAssembler(key)
     remaining = {tp for tp in assigned if ends.get(tp, 0) > consumer.position(tp)}
     while remaining:
         left_ms = int((deadline - time.monotonic()) * 1000)
@@ -195,10 +197,12 @@ def _read(consumer: Any, topic: str, key: bytes, keep: int, timeout_s: float) ->
         for tp, records in sorted(polled.items(), key=lambda item: item[0].partition):
             for record in records:
                 if record.key != key:
+                    assembler.add_chunk(record.key, record.value)
                     continue
                 try:
-                    payload = decode_state_record(record.value)
-                except StateRecordError as exc:
+                    value = assembler.complete(record.value)
+                    payload = decode_state_record(value)
+                except CheckpointError as exc:
                     logger.error(
                         "state record %s/%d@%d skipped: %s; the previous one is used",
                         tp.topic,
@@ -207,8 +211,7 @@ def _read(consumer: Any, topic: str, key: bytes, keep: int, timeout_s: float) ->
                         exc,
                     )
                     continue
-                found.append(
-                    StateRecord(record.offset, state_record_sequence(record.value), payload)
-                )
+                assert value is not None  # decode_state_record refuses a tombstone
+                found.append(StateRecord(record.offset, state_record_sequence(value), payload))
         remaining = {tp for tp in remaining if consumer.position(tp) < ends[tp]}
     return list(reversed(found))

@@ -40,6 +40,7 @@ from kafka.protocol.consumer.metadata import (
 from consumers.checkpoint import CheckpointStore
 from consumers.dlq import ProducerFuture
 from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
+from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
 from consumers.state_topic import (
     encode_state_record,
     read_state_records,
@@ -74,12 +75,15 @@ class TransactionSettings:
         Bound on reading the state topic on assignment.
     transaction_timeout_ms
         The broker aborts a transaction left open this long (above the checkpoint interval).
+    max_record_bytes
+        A state record above this is split into chunks (:mod:`consumers.state_chunks`).
     """
 
     state_topic: str
     model_id: str
     state_read_timeout_seconds: float = DEFAULT_STATE_READ_TIMEOUT_SECONDS
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def key(self, group: str) -> bytes:
         """The state record key of ``group``'s model."""
@@ -324,6 +328,7 @@ class TransactionalProducer:
         sequence: int,
         offsets: Mapping[tuple[str, int], int],
         group_metadata: Any,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         """Send the state record and the offsets, then commit the open transaction.
 
@@ -335,7 +340,9 @@ class TransactionalProducer:
         """
         try:
             self.begin()
-            self._producer.send(state_topic, value=encode_state_record(payload, sequence), key=key)
+            value = encode_state_record(payload, sequence)
+            for record_key, record in split_state_value(key, value, max_record_bytes):
+                self._producer.send(state_topic, value=record, key=record_key)
             if offsets:
                 self._producer.send_offsets_to_transaction(
                     {
@@ -504,6 +511,7 @@ class Owner:
                 sequence=sequence,
                 offsets={k: offset for k, offset in offsets.items() if k in assigned},
                 group_metadata=group_metadata,
+                max_record_bytes=self._settings.max_record_bytes,
             )
         except TransactionError:
             self.dirty = True

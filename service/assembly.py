@@ -196,7 +196,9 @@ def transaction_settings(settings: Settings) -> TransactionSettings | None:
     if not settings.kafka.transactions:
         return None
     return TransactionSettings(
-        state_topic=settings.kafka.state_topic_name, model_id=settings.kafka.topic
+        state_topic=settings.kafka.state_topic_name,
+        model_id=settings.kafka.topic,
+        max_record_bytes=settings.kafka.state_record_max_bytes,
     )
 
 

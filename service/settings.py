@@ -38,6 +38,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES
 from consumers.state_topic import default_state_topic
 from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
 from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
@@ -114,6 +115,9 @@ class KafkaSettings(_Section):
     group_id: str = Field(default="novikoff", min_length=1)
     dlq_topic: str | None = Field(default=None, min_length=1, max_length=249)
     state_topic: str | None = Field(default=None, min_length=1, max_length=249)
+    state_record_max_bytes: int = Field(
+        default=DEFAULT_MAX_RECORD_BYTES, ge=MIN_RECORD_BYTES, le=DEFAULT_MAX_RECORD_BYTES
+    )
     transactions: bool = True
     client_id: str = "novikoff"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"

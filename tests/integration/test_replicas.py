@@ -10,7 +10,10 @@ settings) follows that topic and serves. What must hold:
 * the replica is no member of the consumer group (it takes no partition from the learners);
   control: the learner is one;
 * ``novikoff_model_age_seconds`` is exported with a finite value once the replica is ready;
-* control: a replica following another group's key never gets a model and stays not ready.
+* control: a replica following another group's key never gets a model and stays not ready;
+* a state record above the state topic's ``max.message.bytes`` is split into chunks, each within
+  the limit, and the replica reassembles it: its model equals the learner's. Control: the broker
+  refuses that record unsplit.
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 
+from consumers.state_chunks import StateAssembler
+from consumers.state_topic import STATE_TOPIC_CONFIGS, state_key
+from service.settings import load_settings
+from service.topics import ensure_topics
 from tests.support.running_service import RunningService, Stream, produce
 
 pytestmark = pytest.mark.integration
@@ -77,7 +85,13 @@ def group() -> str:
 
 
 def _service(
-    tmp_path: Path, name: str, bootstrap: str, topic: str, env: dict[str, str], ready: bool
+    tmp_path: Path,
+    name: str,
+    bootstrap: str,
+    topic: str,
+    env: dict[str, str],
+    ready: bool,
+    stream: Stream = STREAM,
 ) -> RunningService:
     workdir = tmp_path / name
     workdir.mkdir()
@@ -85,7 +99,7 @@ def _service(
         workdir=workdir,
         bootstrap=bootstrap,
         topic=topic,
-        stream=STREAM,
+        stream=stream,
         log_path=workdir / "serve.log",
         extra_env=env,
         wait_until_ready=ready,
@@ -167,3 +181,84 @@ def _answers(service: RunningService) -> bool:
     except Exception:
         return False
     return True
+
+
+BIG_STREAM = Stream(dim=64, seed=29, count=3_000, malformed=0.0, noise=0.1)
+TOPIC_LIMIT_BYTES = 16_384
+"""The state topic's ``max.message.bytes``: far below the model's state record."""
+CHUNK_BYTES = 8_192
+
+
+def test_a_state_record_above_the_topic_limit_is_split_and_the_replica_reassembles_it(
+    kafka_bootstrap: str, topic_name: str, group: str, tmp_path: Path
+) -> None:
+    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap, "topic": topic_name})
+    state_topic = settings.kafka.state_topic_name
+    ensure_topics(
+        settings.kafka,
+        [state_topic],
+        configs={**STATE_TOPIC_CONFIGS, "max.message.bytes": str(TOPIC_LIMIT_BYTES)},
+    )
+    learner_env = {
+        "NOVIKOFF_KAFKA__GROUP_ID": group,
+        "NOVIKOFF_KAFKA__STATE_RECORD_MAX_BYTES": str(CHUNK_BYTES),
+        **CHECKPOINT_ENV,
+    }
+    learner = _service(
+        tmp_path, "learner", kafka_bootstrap, topic_name, learner_env, True, BIG_STREAM
+    )
+    replica = _service(
+        tmp_path, "replica", kafka_bootstrap, topic_name, replica_env(group), False, BIG_STREAM
+    )
+    with learner, replica:
+        wait_for(lambda: _answers(replica), "the replica's HTTP server")
+        produce(kafka_bootstrap, topic_name, BIG_STREAM, tmp_path / "produce.log")
+        expected = learner.wait_drained(BIG_STREAM.count)
+        wait_for(
+            lambda: replica.stats()["seen"] == expected["seen"] and replica.stats()["ready"],
+            "the replica to catch up",
+        )
+        learned, served = learner.get("/model").json(), replica.get("/model").json()
+        assert served["model_version"] == learned["model_version"] == expected["model_version"]
+        assert served["weights"] == learned["weights"]
+
+    records = read_all(kafka_bootstrap, state_topic)
+    key = state_key(group, topic_name)
+    chunks = [value for record_key, value in records if b'"chunk"' in record_key]
+    assert chunks, "the state was split"
+    assert all(len(value) <= CHUNK_BYTES for _, value in records)
+    assembler = StateAssembler(key)
+    whole = None
+    for record_key, value in records:
+        if record_key == key:
+            whole = assembler.complete(value)
+        else:
+            assembler.add_chunk(record_key, value)
+    assert whole is not None and len(whole) > TOPIC_LIMIT_BYTES
+    # Control: the broker refuses that state record unsplit, so the split was needed.
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, max_request_size=len(whole) * 2)
+    try:
+        with pytest.raises(KafkaError, match="MessageSizeTooLarge"):
+            producer.send(state_topic, key=key, value=whole).get(timeout=30)
+    finally:
+        producer.close()
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """Every committed (key, value) of ``topic``, in offset order."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    try:
+        (partition,) = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        end = consumer.end_offsets([partition])[partition]
+        found: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+        while consumer.position(partition) < end and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                found.extend((record.key, record.value) for record in batch)
+        return found
+    finally:
+        consumer.close()

@@ -10,13 +10,13 @@ import pytest
 
 from consumers.state_chunks import (
     CHUNK_HEADER,
+    SplitRecordError,
     StateAssembler,
     chunk_key,
     split_state_value,
 )
 from consumers.state_follower import StateFollower
 from consumers.state_topic import (
-    StateRecordError,
     decode_state_record,
     encode_state_record,
     state_key,
@@ -57,7 +57,7 @@ def test_a_record_within_the_limit_is_sent_as_it_is() -> None:
 def test_a_missing_chunk_is_refused() -> None:
     records = split_state_value(KEY, encode_state_record(PAYLOAD, 5), LIMIT)
     del records[3]
-    with pytest.raises(StateRecordError, match=r"chunk 3 of .* is missing"):
+    with pytest.raises(SplitRecordError, match=r"chunk 3 of .* is missing"):
         assemble(records)
 
 
@@ -65,7 +65,7 @@ def test_a_chunk_of_another_sequence_is_refused() -> None:
     older = split_state_value(KEY, encode_state_record(PAYLOAD, 4), LIMIT)
     newer = split_state_value(KEY, encode_state_record(PAYLOAD, 5), LIMIT)
     newer[2] = older[2]
-    with pytest.raises(StateRecordError, match=r"chunk 2 .* split record 5 is missing"):
+    with pytest.raises(SplitRecordError, match=r"chunk 2 .* split record 5 is missing"):
         assemble(newer)
 
 
@@ -78,7 +78,7 @@ def test_an_altered_chunk_is_refused() -> None:
         + bytes([value[CHUNK_HEADER.size] ^ 1])
         + value[CHUNK_HEADER.size + 1 :],
     )
-    with pytest.raises(StateRecordError, match="do not match its manifest"):
+    with pytest.raises(SplitRecordError, match="do not match its manifest"):
         assemble(records)
 
 
@@ -88,7 +88,7 @@ def test_chunks_of_another_key_are_ignored() -> None:
     assembler = StateAssembler(KEY)
     for key, value in split_state_value(other, encode_state_record(b"x" * 5000, 5), LIMIT)[:-1]:
         assembler.add_chunk(key, value)
-    with pytest.raises(StateRecordError, match="missing"):
+    with pytest.raises(SplitRecordError, match="missing"):
         assembler.complete(records[-1][1])
 
 
