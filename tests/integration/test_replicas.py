@@ -11,6 +11,9 @@ settings) follows that topic and serves. What must hold:
   control: the learner is one;
 * ``novikoff_model_age_seconds`` is exported with a finite value once the replica is ready;
 * control: a replica following another group's key never gets a model and stays not ready;
+* while the broker is down (SIGKILL), the replica keeps serving the same model and predictions,
+  and reports it stale (503) only past ``replica_max_model_age_seconds``; it is ready again once
+  the broker is back;
 * a state record above the state topic's ``max.message.bytes`` is split into chunks, each within
   the limit, and the replica reassembles it: its model equals the learner's. Control: the broker
   refuses that record unsplit.
@@ -262,3 +265,52 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
         return found
     finally:
         consumer.close()
+
+
+OUTAGE_MAX_AGE_S = 5.0
+OUTAGE_TIMEOUT_S = 90.0
+
+
+def test_a_replica_keeps_serving_its_model_while_the_broker_is_down(
+    apache_broker_factory: Any, topic_name: str, group: str, tmp_path: Path
+) -> None:
+    broker = apache_broker_factory().start()
+    learner_env = {"NOVIKOFF_KAFKA__GROUP_ID": group, **CHECKPOINT_ENV}
+    env = {
+        **replica_env(group),
+        "NOVIKOFF_SERVICE__REPLICA_MAX_MODEL_AGE_SECONDS": str(OUTAGE_MAX_AGE_S),
+    }
+    learner = _service(tmp_path, "learner", broker.bootstrap, topic_name, learner_env, True)
+    replica = _service(tmp_path, "replica", broker.bootstrap, topic_name, env, False)
+    with learner, replica:
+        produce(broker.bootstrap, topic_name, STREAM, tmp_path / "produce.log")
+        expected = learner.wait_drained(STREAM.count)
+        wait_for(
+            lambda: _answers(replica) and replica.stats()["seen"] == expected["seen"],
+            "the replica to catch up",
+        )
+        wait_for(lambda: replica.get("/readyz").status_code == 200, "the replica to be ready")
+        served = replica.get("/model").json()
+        rng = np.random.default_rng(SEED)
+        instances = [{"features": row.tolist()} for row in rng.uniform(-2, 2, (INSTANCES, 4))]
+        answers = predictions(replica, instances)
+
+        broker.kill()
+        wait_for(
+            lambda: replica.get("/readyz").status_code == NOT_READY,
+            "the replica to report its model stale",
+            OUTAGE_TIMEOUT_S,
+        )
+        detail = replica.get("/readyz").json()["detail"]
+        assert "past service.replica_max_model_age_seconds" in detail, detail
+        assert metric_value(replica, "novikoff_model_age_seconds") > OUTAGE_MAX_AGE_S
+        assert predictions(replica, instances) == answers, "the last model keeps serving"
+        assert replica.get("/model").json() == served
+
+        broker.start()
+        wait_for(
+            lambda: replica.get("/readyz").status_code == 200,
+            "the replica to be fresh again",
+            OUTAGE_TIMEOUT_S,
+        )
+        assert replica.get("/model").json()["model_version"] == served["model_version"]
