@@ -439,6 +439,22 @@ class Owner:
         """The state record key."""
         return self._settings.key(self._group)
 
+    def warm_start(self) -> None:
+        """Take the state topic's newest state when it is newer than the one restored at start.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the state topic holds another model: this instance must not start.
+        consumers.state_topic.StateTopicUnavailableError
+            When the state topic cannot be read now (it is read again on assignment).
+        """
+        candidate = state_topic_candidate(
+            self._engine, self._connection, self._settings, self._group
+        )
+        if candidate is not None and candidate.state.applied > self._engine.applied:
+            self._engine.install(candidate.state, candidate.origin, sequence=candidate.sequence)
+
     def activate(self) -> RestoreReport | None:
         """Become the owner: register the producer (fencing predecessors), restore the newest.
 
