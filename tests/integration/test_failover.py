@@ -41,6 +41,8 @@ from tests.support.state_records import read_raw_state_records
 
 pytestmark = pytest.mark.integration
 
+COMMITTED = "read_committed"
+
 EVENTS = 20_000
 POISON_EVERY = 100
 RATE = 4_000.0
@@ -165,7 +167,9 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
         caught_up_s = time.monotonic() - killed_at
         ledger = Ledger(topic_name, publisher.join())
         stats = standby.wait_for("drained", _drained, DRAIN_TIMEOUT_S)
-        letters = read_dead_letters(kafka_bootstrap, f"{topic_name}.dlq", len(ledger.poison))
+        letters = read_dead_letters(
+            kafka_bootstrap, f"{topic_name}.dlq", len(ledger.poison), isolation_level=COMMITTED
+        )
         report = ledger.check(stats, letters)
         assert report.missing == [], report.summary()
         X, y = ledger.valid_arrays(0)
@@ -230,7 +234,9 @@ def test_a_paused_owner_that_lost_its_partition_is_fenced(
         wait_any_log(owner, ZOMBIE_LOGS, after=resumed_at)
         ledger = Ledger(topic_name, publisher.join())
         stats = standby.wait_for("drained", _drained, DRAIN_TIMEOUT_S)
-        letters = read_dead_letters(kafka_bootstrap, f"{topic_name}.dlq", len(ledger.poison))
+        letters = read_dead_letters(
+            kafka_bootstrap, f"{topic_name}.dlq", len(ledger.poison), isolation_level=COMMITTED
+        )
         report = ledger.check(stats, letters)
         assert report.missing == [], report.summary()
         assert report.problems == [], report.problems
