@@ -57,7 +57,15 @@ GENERATION_BYTES = 8
 TRANSACTIONAL_ID_PREFIX = "novikoff"
 DEFAULT_STATE_READ_TIMEOUT_SECONDS = 30.0
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""Apache Kafka's default ``transaction.max.timeout.ms``: a longer timeout is refused."""
+TIMEOUT_INTERVALS = 2
+"""A transaction may stay open this many checkpoint intervals before the broker aborts it."""
 ABORT_TIMEOUT_S = 5.0
+STATE_TOPIC_REMEDY = (
+    "a new model needs another [kafka] group_id or state_topic; the model settings must match "
+    "the ones the state topic was written with"
+)
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,16 @@ def _announced_generation(member: Any) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
+def transaction_timeout_ms(checkpoint_every_seconds: float) -> int:
+    """The transaction timeout for a checkpoint interval: two intervals, within the broker's bounds.
+
+    >>> transaction_timeout_ms(5.0), transaction_timeout_ms(120.0), transaction_timeout_ms(600.0)
+    (60000, 240000, 900000)
+    """
+    wanted = int(checkpoint_every_seconds * 1000 * TIMEOUT_INTERVALS)
+    return min(BROKER_MAX_TRANSACTION_TIMEOUT_MS, max(DEFAULT_TRANSACTION_TIMEOUT_MS, wanted))
+
+
 # -- restoring -------------------------------------------------------------------------------------
 
 
@@ -180,7 +198,7 @@ def state_topic_candidate(
     )
     for record in records:
         try:
-            state = engine.load_payload(record.payload)
+            state = engine.load_payload(record.payload, STATE_TOPIC_REMEDY)
         except IncompatibleCheckpointError as exc:
             raise IncompatibleCheckpointError(
                 f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"

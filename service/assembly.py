@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.runner import ConsumerRunner, RunnerSettings
-from consumers.transactions import TransactionSettings
+from consumers.transactions import TransactionSettings, transaction_timeout_ms
 from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -150,7 +150,9 @@ def transaction_settings(settings: Settings) -> TransactionSettings | None:
     if not settings.kafka.transactions:
         return None
     return TransactionSettings(
-        state_topic=settings.kafka.state_topic_name, model_id=settings.kafka.topic
+        state_topic=settings.kafka.state_topic_name,
+        model_id=settings.kafka.topic,
+        transaction_timeout_ms=transaction_timeout_ms(settings.checkpoint.every_seconds),
     )
 
 
