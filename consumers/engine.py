@@ -64,6 +64,7 @@ MAX_RATE_POINTS = 256
 MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
 PREDICTOR_NAMES = ("last", "averaged", "voted")
+CHECKPOINT_REMEDY = "move the checkpoint directory away to start a new model"
 
 PartitionKey = tuple[str, int]
 _Record = TypeVar("_Record", bound=SourceRecord)
@@ -671,8 +672,10 @@ class Engine:
         with self._lock:
             return self._learner.n_seen + sum(self._invalid.values())
 
-    def load_payload(self, payload: bytes) -> LoadedState:
+    def load_payload(self, payload: bytes, remedy: str = CHECKPOINT_REMEDY) -> LoadedState:
         """Load a ``checkpoint_bytes`` payload and check it holds this engine's model.
+
+        ``remedy`` ends the :class:`IncompatibleCheckpointError` message: how to start anew.
 
         Raises
         ------
@@ -683,7 +686,7 @@ class Engine:
         """
         try:
             learner, tracker, extra = load_state(payload)
-            self._check_compatible(learner, tracker)
+            self._check_compatible(learner, tracker, remedy)
             partitions, invalid = _partitions_from(extra)
         except IncompatibleCheckpointError:
             raise
@@ -734,7 +737,9 @@ class Engine:
         self._rate_points.clear()
         self._publish()
 
-    def _check_compatible(self, learner: LinearLearner, tracker: BoundTracker | None) -> None:
+    def _check_compatible(
+        self, learner: LinearLearner, tracker: BoundTracker | None, remedy: str = CHECKPOINT_REMEDY
+    ) -> None:
         current = self._learner
         problems = []
         if type(learner) is not type(current):
@@ -753,7 +758,7 @@ class Engine:
             raise IncompatibleCheckpointError(
                 "the checkpoint holds a different model than the configuration: "
                 + "; ".join(problems)
-                + " (move the checkpoint directory away to start a new model)"
+                + f" ({remedy})"
             )
 
     def _check_offsets(self, batch: DecodedBatch) -> None:

@@ -458,6 +458,8 @@ class ConsumerRunner:
         try:
             if self._engine.restore_report is None:
                 self._engine.restore(self._store)
+            if self._owner is not None and not self._warm_start(self._owner):
+                return
             while not self._stop.is_set():
                 if self._consumer is None and not self._open():
                     self._stop.wait(self._retry_delay())
@@ -516,10 +518,9 @@ class ConsumerRunner:
             batch = self._engine.decoder.decode_batch(chunk)
             cut = self._dead_letter(batch)
             if cut and self._owner is not None:
-                # Dead letters are part of the open transaction: void all of it and resume
-                # from the last commit.
-                self._owner.discard()
-                self._owner.activation_needed = True
+                # Dead letters are part of the open transaction: void all of it, resume from
+                # the last commit.
+                self._void_transaction()
                 self._set_disconnected("the dead-letter topic cannot be written; retrying")
                 self._stop.wait(self._backoff.next())
                 return
@@ -624,7 +625,7 @@ class ConsumerRunner:
                 self._applied_since_checkpoint,
                 exc,
             )
-            self._applied_since_checkpoint = 0
+            self._void_transaction()
             return False
         self._applied_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
@@ -638,6 +639,32 @@ class ConsumerRunner:
             self._engine.checkpoint(self._store, prepared)
         except Exception as exc:
             logger.warning("local checkpoint cache not written (%r); Kafka holds the state", exc)
+        return True
+
+    def _void_transaction(self) -> None:
+        """After a failed transaction: abort it, give up ownership and rejoin the group.
+
+        The producer is registered again only on a fresh assignment from the group: a member
+        that was replaced while paused (a zombie) must never fence its successor.
+        """
+        owner = self._owner
+        assert owner is not None
+        owner.discard()
+        owner.assignor.disown()
+        owner.activation_needed = False
+        self._applied_since_checkpoint = 0
+        self._resubscribe = True
+
+    def _warm_start(self, owner: Owner) -> bool:
+        """Start from the state topic when it is newer; ``False`` when it holds another model."""
+        try:
+            owner.warm_start()
+        except IncompatibleCheckpointError as exc:
+            logger.error("cannot start: %s", exc)
+            self._set_disconnected(str(exc))
+            return False
+        except Exception as exc:
+            logger.warning("state topic not read at start (%r); it is read on assignment", exc)
         return True
 
     def _transactional_turn(self, consumer: Consumer) -> bool:

@@ -39,6 +39,8 @@ READ_COMMITTED = "read_committed"
 DEFAULT_KEEP_RECORDS = 2
 """Verified records kept while reading, newest first: the newest and the one before it."""
 DEFAULT_READ_TIMEOUT_SECONDS = 30.0
+BOOTSTRAP_TIMEOUT_MS = 5_000
+"""How long a state reader waits for a first broker before it gives up."""
 READ_POLL_MS = 500
 
 
@@ -164,6 +166,7 @@ def read_state_records(
         group_id=None,
         enable_auto_commit=False,
         isolation_level=READ_COMMITTED,
+        bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
     )
     try:
         return _read(consumer, topic, key, keep, timeout_s)

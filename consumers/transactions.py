@@ -58,7 +58,15 @@ GENERATION_BYTES = 8
 TRANSACTIONAL_ID_PREFIX = "novikoff"
 DEFAULT_STATE_READ_TIMEOUT_SECONDS = 30.0
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""Apache Kafka's default ``transaction.max.timeout.ms``: a longer timeout is refused."""
+TIMEOUT_INTERVALS = 2
+"""A transaction may stay open this many checkpoint intervals before the broker aborts it."""
 ABORT_TIMEOUT_S = 5.0
+STATE_TOPIC_REMEDY = (
+    "a new model needs another [kafka] group_id or state_topic; the model settings must match "
+    "the ones the state topic was written with"
+)
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,16 @@ def _announced_generation(member: Any) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
+def transaction_timeout_ms(checkpoint_every_seconds: float) -> int:
+    """The transaction timeout for a checkpoint interval: two intervals, within the broker's bounds.
+
+    >>> transaction_timeout_ms(5.0), transaction_timeout_ms(120.0), transaction_timeout_ms(600.0)
+    (60000, 240000, 900000)
+    """
+    wanted = int(checkpoint_every_seconds * 1000 * TIMEOUT_INTERVALS)
+    return min(BROKER_MAX_TRANSACTION_TIMEOUT_MS, max(DEFAULT_TRANSACTION_TIMEOUT_MS, wanted))
+
+
 # -- restoring -------------------------------------------------------------------------------------
 
 
@@ -184,7 +202,7 @@ def state_topic_candidate(
     )
     for record in records:
         try:
-            state = engine.load_payload(record.payload)
+            state = engine.load_payload(record.payload, STATE_TOPIC_REMEDY)
         except IncompatibleCheckpointError as exc:
             raise IncompatibleCheckpointError(
                 f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
@@ -445,6 +463,22 @@ class Owner:
     def key(self) -> bytes:
         """The state record key."""
         return self._settings.key(self._group)
+
+    def warm_start(self) -> None:
+        """Take the state topic's newest state when it is newer than the one restored at start.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the state topic holds another model: this instance must not start.
+        consumers.state_topic.StateTopicUnavailableError
+            When the state topic cannot be read now (it is read again on assignment).
+        """
+        candidate = state_topic_candidate(
+            self._engine, self._connection, self._settings, self._group
+        )
+        if candidate is not None and candidate.state.applied > self._engine.applied:
+            self._engine.install(candidate.state, candidate.origin, sequence=candidate.sequence)
 
     def activate(self) -> RestoreReport | None:
         """Become the owner: register the producer (fencing predecessors), restore the newest.

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.runner import ConsumerRunner, RunnerSettings
-from consumers.transactions import TransactionSettings, state_topic_candidate
+from consumers.transactions import TransactionSettings, transaction_timeout_ms
 from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -147,8 +147,6 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         except (IncompatibleCheckpointError, OSError) as exc:
             raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
         options = runner_settings(settings)
-        if options.transactions is not None:
-            _restore_from_state_topic(engine, settings, options.transactions)
         consumer = ConsumerRunner(
             engine,
             store,
@@ -170,27 +168,6 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     return Service(settings, registry, metrics, engine, runner, app, http)
 
 
-def _restore_from_state_topic(
-    engine: Engine, settings: Settings, transactions: TransactionSettings
-) -> None:
-    """Start from the state topic's newest state when it is newer than the local cache.
-
-    Refuses to start (:class:`StartupError`) when the state topic holds another model. A broker
-    that cannot be reached now is no reason not to start: the owner restores on assignment.
-    """
-    try:
-        candidate = state_topic_candidate(
-            engine, settings.kafka.client_config(), transactions, settings.kafka.group_id
-        )
-    except IncompatibleCheckpointError as exc:
-        raise StartupError(str(exc)) from None
-    except Exception as exc:
-        logger.warning("state topic not read at start (%r); it is read on assignment", exc)
-        return
-    if candidate is not None and candidate.state.applied > engine.applied:
-        engine.install(candidate.state, candidate.origin, sequence=candidate.sequence)
-
-
 def transaction_settings(settings: Settings) -> TransactionSettings | None:
     """Exactly-once settings (``None`` when ``[kafka] transactions`` is off)."""
     if not settings.kafka.transactions:
@@ -199,6 +176,7 @@ def transaction_settings(settings: Settings) -> TransactionSettings | None:
         state_topic=settings.kafka.state_topic_name,
         model_id=settings.kafka.topic,
         max_record_bytes=settings.kafka.state_record_max_bytes,
+        transaction_timeout_ms=transaction_timeout_ms(settings.checkpoint.every_seconds),
     )
 
 

@@ -32,6 +32,9 @@ from tests.support.state_records import read_raw_state_records
 
 pytestmark = pytest.mark.integration
 
+COMMITTED = "read_committed"
+UNCOMMITTED = "read_uncommitted"
+
 REPO = Path(__file__).resolve().parents[2]
 FIRST = 3_000
 SECOND = 2_000
@@ -100,7 +103,9 @@ def test_a_lost_checkpoint_directory_is_restored_from_the_state_topic(
             DRAIN_TIMEOUT_S,
         )
         poison = len(ledger.poison)
-        letters = read_dead_letters(kafka_bootstrap, f"{topic_name}.dlq", poison)
+        letters = read_dead_letters(
+            kafka_bootstrap, f"{topic_name}.dlq", poison, isolation_level=COMMITTED
+        )
         report = ledger.check(stats, letters)
         assert report.missing == [], report.summary()
         X, y = ledger.valid_arrays(0)
@@ -152,13 +157,13 @@ def test_a_kill_between_the_sends_and_the_commit_leaves_nothing_of_the_batch(
         killed.start(wait_ready=False)
         killed.wait_dead(DRAIN_TIMEOUT_S)
         assert SENT_MARKER in killed.log_text, killed.log_text
-        committed = read_dead_letters(kafka_bootstrap, dlq, 0)
-        uncommitted = read_dead_letters(kafka_bootstrap, dlq, 0, isolation_level="read_uncommitted")
+        committed = read_dead_letters(kafka_bootstrap, dlq, 0, isolation_level=COMMITTED)
+        uncommitted = read_dead_letters(kafka_bootstrap, dlq, 0, isolation_level=UNCOMMITTED)
         # Control: the killed transaction's dead letters reached the broker ...
         assert len(uncommitted) > len(committed)
         key = state_key(group, topic_name)
-        states = read_raw_state_records(kafka_bootstrap, state_topic, key, "read_committed")
-        all_states = read_raw_state_records(kafka_bootstrap, state_topic, key, "read_uncommitted")
+        states = read_raw_state_records(kafka_bootstrap, state_topic, key, COMMITTED)
+        all_states = read_raw_state_records(kafka_bootstrap, state_topic, key, UNCOMMITTED)
         # ... and so did its state record, which read_committed readers never see.
         assert len(all_states) == len(states) + 1, (len(all_states), len(states))
         assert len(states) == KILL_AT_COMMIT - 1
@@ -173,14 +178,16 @@ def test_a_kill_between_the_sends_and_the_commit_leaves_nothing_of_the_batch(
             lambda s: s if handled(s) >= FIRST and s["lag"] == 0 else None,
             DRAIN_TIMEOUT_S,
         )
-        letters = read_dead_letters(kafka_bootstrap, dlq, len(ledger.poison))
+        letters = read_dead_letters(
+            kafka_bootstrap, dlq, len(ledger.poison), isolation_level=COMMITTED
+        )
         report = ledger.check(stats, letters)
         assert report.missing == [], report.summary()
         assert report.problems == [], report.problems
         assert report.duplicate_dead_letters == 0, report.summary()
         # Control: the aborted dead letters are still in the log, hidden from read_committed.
         everything = read_dead_letters(
-            kafka_bootstrap, dlq, len(ledger.poison), isolation_level="read_uncommitted"
+            kafka_bootstrap, dlq, len(ledger.poison), isolation_level=UNCOMMITTED
         )
         assert len(everything) > len(letters)
         X, y = ledger.valid_arrays(0)

@@ -302,13 +302,14 @@ def read_dead_letters(
     expected: int,
     timeout_s: float = READ_TIMEOUT_S,
     *,
-    isolation_level: str = "read_committed",
+    isolation_level: str = "read_uncommitted",
 ) -> list[DeadLetter]:
     """Every record of the dead-letter ``topic``, reading until at least ``expected`` arrived
     and the end of every partition is reached.
 
-    ``read_committed`` (the default) is what a consumer of the dead letters sees;
-    ``read_uncommitted`` also shows records of aborted transactions.
+    ``read_uncommitted`` (the default) also shows records of open and aborted transactions (a
+    dead letter is there as soon as it is acknowledged); ``read_committed`` is what a consumer
+    of the dead letters sees under exactly-once (``[kafka] transactions``).
     """
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
