@@ -33,8 +33,13 @@ class FakeStateTopic:
         self.lock = threading.Lock()
 
     def append(self, key: bytes, value: bytes | None) -> None:
+        self.append_all([(key, value)])
+
+    def append_all(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append ``records`` at once: one poll sees all of them."""
         with self.lock:
-            self.records.append(_Record(key, value, len(self.records)))
+            for key, value in records:
+                self.records.append(_Record(key, value, len(self.records)))
 
     def consumer(self, **config: Any) -> FakeConsumer:
         self.configs.append(config)

@@ -63,9 +63,12 @@ def test_the_consumer_reads_committed_records_outside_any_group(
 def test_the_newest_record_of_the_key_is_taken_and_older_ones_of_a_poll_are_not_loaded(
     topic: FakeStateTopic, follower: StateFollower, accepted: list[bytes]
 ) -> None:
-    for sequence, payload in enumerate([b"v1", b"v2", b"v3"]):
-        topic.append(KEY, encode_state_record(payload, sequence))
-    topic.append(OTHER_KEY, encode_state_record(b"another model", 9))
+    topic.append_all(
+        [
+            *((KEY, encode_state_record(p, n)) for n, p in enumerate([b"v1", b"v2", b"v3"])),
+            (OTHER_KEY, encode_state_record(b"another model", 9)),
+        ]
+    )
     wait_until(lambda: follower.caught_up_at is not None, "the end of the log")
     assert follower.state is not None and follower.state.payload == b"v3"
     assert follower.state.offset == 2
