@@ -60,9 +60,10 @@ PROMQL_KEYWORDS = frozenset(
 
 
 def exported_series_names() -> set[str]:
-    """Every series name novikoff's registry can expose, whether or not it has a sample yet."""
+    """Every series name novikoff's registry can expose, whether or not it has a sample yet
+    (a read replica's ``novikoff_model_age_seconds`` included)."""
     registry = CollectorRegistry()
-    Metrics(registry)
+    Metrics(registry).watch_model_age(lambda: None)
     names: set[str] = set()
     for family in registry.collect():
         names.update(family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type])
