@@ -116,7 +116,7 @@ class StateFollower:
     consumer_config
         Connection and security options (``KafkaSettings.client_config()``).
     poll_timeout_ms, end_check_interval_s, backoff_s, backoff_max_s
-        Poll wait, how often the end of the log is checked when idle, and the retry backoff
+        Poll wait, how often the end of the log is checked, and the retry backoff
         (doubling up to the maximum) while the topic cannot be read.
     clock
         Monotonic clock (tests pass a fake).
@@ -238,11 +238,12 @@ class StateFollower:
         next_end_check = self._clock()
         while not self._stop.is_set():
             batches = consumer.poll(timeout_ms=self._poll_timeout_ms)
-            got_records = any(batches.values())
             for partition, records in batches.items():
                 self._take_newest(partition.partition, records)
             now = self._clock()
-            if not got_records and now >= next_end_check:
+            # Checked on a timer, not only when idle: a learner writing at every poll must not
+            # make its replicas look stale.
+            if now >= next_end_check:
                 self._check_end(consumer, partitions)
                 next_end_check = now + self._end_check_interval_s
 
