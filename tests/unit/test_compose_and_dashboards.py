@@ -348,6 +348,7 @@ def test_dashboard_uses_only_exported_metrics(
         ("Consumer lag", "novikoff_consumer_lag"),
         ("Event-processing latency", "novikoff_batch_processing_seconds_bucket"),
         ("HTTP request latency", "novikoff_http_request_duration_seconds_bucket"),
+        ("Replica model age", "novikoff_model_age_seconds"),
     ],
 )
 def test_dashboard_has_the_promised_panels(
