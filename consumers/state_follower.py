@@ -45,6 +45,10 @@ DEFAULT_BACKOFF_S = 0.5
 DEFAULT_BACKOFF_MAX_S = 5.0
 END_OFFSETS_TIMEOUT_MS = 5_000
 CLOSE_TIMEOUT_MS = 1_000
+BOOTSTRAP_TIMEOUT_MS = 5_000
+"""How long creating the consumer may wait for a broker: it bounds how long a stop can wait."""
+FOLLOWER_DEFAULTS = {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
+"""Defaults of the follower's consumer that ``consumer_config`` may override."""
 FOLLOWER_CONFIG = {
     "isolation_level": "read_committed",
     "enable_auto_commit": False,
@@ -111,8 +115,9 @@ class StateFollower:
         Called on the follower's thread with the verified payload of each newer record; raising
         refuses the record (ERROR logged, the previous state kept).
     consumer_factory
-        Builds the consumer from keyword arguments: ``consumer_config`` plus
-        :data:`FOLLOWER_CONFIG` (``KafkaConsumer`` in production, a fake in unit tests).
+        Builds the consumer from keyword arguments: :data:`FOLLOWER_DEFAULTS`, then
+        ``consumer_config``, then :data:`FOLLOWER_CONFIG` (``KafkaConsumer`` in production, a
+        fake in unit tests).
     consumer_config
         Connection and security options (``KafkaSettings.client_config()``).
     poll_timeout_ms, end_check_interval_s, backoff_s, backoff_max_s
@@ -140,7 +145,7 @@ class StateFollower:
         self._key = key
         self._accept = accept
         self._factory = consumer_factory
-        self._config = {**(consumer_config or {}), **FOLLOWER_CONFIG}
+        self._config = {**FOLLOWER_DEFAULTS, **(consumer_config or {}), **FOLLOWER_CONFIG}
         self._poll_timeout_ms = poll_timeout_ms
         self._end_check_interval_s = end_check_interval_s
         self._backoff_s = backoff_s

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumers.state_follower import FOLLOWER_CONFIG, StateFollower
+from consumers.state_follower import BOOTSTRAP_TIMEOUT_MS, FOLLOWER_CONFIG, StateFollower
 from consumers.state_topic import encode_state_record, state_key
 from tests.unit.consumers.state_fakes import (
     TICK_S,
@@ -58,6 +58,7 @@ def test_the_consumer_reads_committed_records_outside_any_group(
     assert config["enable_auto_commit"] is False
     assert config["bootstrap_servers"] == ["x:1"]
     assert {key: config[key] for key in FOLLOWER_CONFIG} == FOLLOWER_CONFIG
+    assert config["bootstrap_timeout_ms"] == BOOTSTRAP_TIMEOUT_MS, "a stop never waits long"
 
 
 def test_the_newest_record_of_the_key_is_taken_and_older_ones_of_a_poll_are_not_loaded(
