@@ -238,10 +238,6 @@ class Consumer(Protocol):
 
     def seek_to_end(self, *partitions: Any) -> None: ...
 
-    def pause(self, *partitions: Any) -> None: ...
-
-    def resume(self, *partitions: Any) -> None: ...
-
     def assignment(self) -> set[Any]: ...
 
     def highwater(self, partition: Any) -> int | None: ...
@@ -676,8 +672,8 @@ class ConsumerRunner:
     def _transactional_turn(self, consumer: Consumer) -> bool:
         """Fence, restore and seek after an assignment, or drop void work; whether it acted.
 
-        Newly assigned partitions stay paused until the restore and the seek, so nothing is
-        fetched from positions set before them; records of the round are dropped all the same.
+        Records polled in the same round were fetched from positions set before the restore and
+        are dropped: the seek below fetches them again from the restored offsets.
         """
         owner = self._owner
         assert owner is not None
@@ -689,7 +685,6 @@ class ConsumerRunner:
                 assigned = consumer.assignment()
                 self._seek_to_engine(consumer, assigned)
                 self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)
-                consumer.resume(*assigned)
             else:
                 owner.activation_needed = False
                 owner.restore()
@@ -755,10 +750,7 @@ class ConsumerRunner:
         if consumer is None:
             return
         if self._owner is not None:
-            # Fetching and seeking wait for the restore on the consumer thread
-            # (_transactional_turn): nothing is fetched from the positions before it.
-            if partitions:
-                consumer.pause(*partitions)
+            # Seeking waits for the restore on the consumer thread (_transactional_turn).
             self._owner.activation_needed = bool(partitions)
             if not partitions:
                 self._owner.close(timeout=0)

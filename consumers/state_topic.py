@@ -187,7 +187,7 @@ def read_state_records(
 def _read(consumer: Any, topic: str, key: bytes, keep: int, timeout_s: float) -> list[StateRecord]:
     deadline = time.monotonic() + timeout_s
     partitions = consumer.partitions_for_topic(topic)
-    if partitions is None:
+    if not partitions:
         raise StateTopicUnavailableError(f"state topic {topic!r} does not exist")
     assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
     consumer.assign(assigned)
