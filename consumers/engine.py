@@ -459,6 +459,7 @@ class Engine:
         self._rate_points: deque[tuple[float, int]] = deque(maxlen=MAX_RATE_POINTS)
         self._snapshot: EngineSnapshot
         self._restore_report: RestoreReport | None = None
+        self._owned: frozenset[PartitionKey] | None = None
         self._install(learner, tracker)
 
     # -- read side ------------------------------------------------------------------------------
@@ -575,6 +576,16 @@ class Engine:
             partitions = self._frozen_partitions()
             self._snapshot = replace(self._snapshot, partitions=partitions)
         _call(self._observer.on_lag, partitions)
+
+    def set_owned(self, owned: Iterable[PartitionKey] | None) -> None:
+        """Publish only these partitions in snapshots (``None``: every partition the state has).
+
+        A standby holds the offsets of partitions it does not own; ``/stats`` lists only the
+        ones this instance owns. The offsets themselves are kept either way.
+        """
+        with self._lock:
+            self._owned = None if owned is None else frozenset(owned)
+            self._snapshot = replace(self._snapshot, partitions=self._frozen_partitions())
 
     def track_partition(self, topic: str, partition: int, next_offset: int) -> None:
         """Start tracking a partition first read at ``next_offset`` (no checkpoint had it)."""
@@ -786,7 +797,12 @@ class Engine:
         return state
 
     def _frozen_partitions(self) -> tuple[PartitionProgress, ...]:
-        return tuple(state.frozen(key) for key, state in sorted(self._partitions.items()))
+        owned = self._owned
+        return tuple(
+            state.frozen(key)
+            for key, state in sorted(self._partitions.items())
+            if owned is None or key in owned
+        )
 
     def _publish(self) -> EngineSnapshot:
         learner = self._learner

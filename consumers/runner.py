@@ -368,6 +368,7 @@ class ConsumerRunner:
                 },
             )
             producer_factory = _shared(owner.producer)
+            engine.set_owned(())  # nothing is owned until the group assigns it
         self._dead_letters = dead_letters or DeadLetterWriter(
             lambda: producer_factory(settings),
             settings.dlq_topic,
@@ -651,6 +652,7 @@ class ConsumerRunner:
         assert owner is not None
         owner.discard()
         owner.assignor.disown()
+        self._engine.set_owned(())
         owner.activation_needed = False
         self._applied_since_checkpoint = 0
         self._resubscribe = True
@@ -680,7 +682,9 @@ class ConsumerRunner:
         try:
             if owner.activation_needed and consumer.assignment():
                 owner.activate()
-                self._seek_to_engine(consumer, consumer.assignment())
+                assigned = consumer.assignment()
+                self._seek_to_engine(consumer, assigned)
+                self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)
             else:
                 owner.activation_needed = False
                 owner.restore()
@@ -734,6 +738,7 @@ class ConsumerRunner:
             # Another member may own them already: nothing of this one's may be committed.
             self._owner.discard()
             self._owner.assignor.disown()
+            self._engine.set_owned(())
             self._applied_since_checkpoint = 0
             return
         if self._applied_since_checkpoint:
@@ -749,6 +754,7 @@ class ConsumerRunner:
             self._owner.activation_needed = bool(partitions)
             if not partitions:
                 self._owner.close(timeout=0)
+                self._engine.set_owned(())
             return
         self._seek_to_engine(consumer, partitions)
 

@@ -32,8 +32,15 @@ logger = logging.getLogger(__name__)
 
 STATE_TOPIC_SUFFIX = ".state"
 """The default state topic is the events topic plus this suffix (``events.state``)."""
-STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
-"""Topic configuration the state topic is created with: only the newest record per key is kept."""
+STATE_RECORD_MAX_BYTES = 64 * 1024 * 1024
+"""The largest state record: the state topic's ``max.message.bytes`` and the owner's
+``max_request_size`` (a bigger state fails its commit with an ERROR, nothing is dropped)."""
+STATE_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "max.message.bytes": str(STATE_RECORD_MAX_BYTES),
+}
+"""Topic configuration the state topic is created with: only the newest record per key is kept,
+and a record may be as large as :data:`STATE_RECORD_MAX_BYTES`."""
 KEY_ENCODING = "utf-8"
 READ_COMMITTED = "read_committed"
 DEFAULT_KEEP_RECORDS = 2
@@ -181,7 +188,7 @@ def read_state_records(
 def _read(consumer: Any, topic: str, key: bytes, keep: int, timeout_s: float) -> list[StateRecord]:
     deadline = time.monotonic() + timeout_s
     partitions = consumer.partitions_for_topic(topic)
-    if partitions is None:
+    if not partitions:
         raise StateTopicUnavailableError(f"state topic {topic!r} does not exist")
     assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
     consumer.assign(assigned)

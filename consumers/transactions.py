@@ -32,16 +32,19 @@ from typing import Any
 
 from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from kafka.errors import MessageSizeTooLargeError
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from consumers.checkpoint import CheckpointStore
 from consumers.dlq import ProducerFuture
 from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
 from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
 from consumers.state_topic import (
+    STATE_RECORD_MAX_BYTES,
     encode_state_record,
     read_state_records,
     state_key,
@@ -63,6 +66,10 @@ BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 TIMEOUT_INTERVALS = 2
 """A transaction may stay open this many checkpoint intervals before the broker aborts it."""
 ABORT_TIMEOUT_S = 5.0
+DEAD_LETTER_MAX_BYTES = 1_048_576
+"""kafka-python's default ``max_request_size``: dead letters are bounded as a default producer
+bounds them (client side, before anything joins the transaction), while state records may be up
+to :data:`consumers.state_topic.STATE_RECORD_MAX_BYTES`."""
 STATE_TOPIC_REMEDY = (
     "a new model needs another [kafka] group_id or state_topic; the model settings must match "
     "the ones the state topic was written with"
@@ -329,6 +336,14 @@ class TransactionalProducer:
         key: bytes | None = None,
         headers: list[tuple[str, bytes]] | None = None,
     ) -> ProducerFuture:
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or [])
+        if size > DEAD_LETTER_MAX_BYTES:
+            # Refused here, as a default producer refuses it, so the open transaction is not
+            # failed by the broker; the dead-letter writer then sends a truncated copy.
+            raise MessageSizeTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than the "
+                f"{DEAD_LETTER_MAX_BYTES} bytes a dead letter may have"
+            )
         self.begin()
         future: ProducerFuture = self._producer.send(topic, value=value, key=key, headers=headers)
         return future
@@ -447,6 +462,7 @@ class Owner:
             {
                 **self._connection,
                 "acks": "all",
+                "max_request_size": STATE_RECORD_MAX_BYTES,
                 "transactional_id": settings.transactional_id(group),
                 "transaction_timeout_ms": settings.transaction_timeout_ms,
             },

@@ -1,17 +1,18 @@
 """Failover and fencing: two ``novikoff serve`` learners in one group (Apache Kafka).
 
-The first instance owns the partition, the second stands by. Then:
+The first instance owns every partition, the second stands by. Then:
 
-* **SIGKILL of the owner mid-stream**: the standby takes over (after the group's session timeout)
-  from the last committed state; every produced record is learned or dead-lettered exactly once
-  (dead letters read ``read_committed``) and the model is bit-identical to the offline learner.
-  The time from the kill to learning again is recorded in ``test-artifacts/reliability.jsonl``.
-  Control: with ``transactions = false`` the standby relearns from scratch and repeats dead
-  letters, which the same ledger check catches.
+* **SIGKILLs of the owner mid-stream** (3 kills, 1 partition and 3 partitions): each time the
+  standby takes over (after the group's session timeout) from the last committed state and the
+  killed instance comes back as the new standby. Every produced record is learned or
+  dead-lettered exactly once (dead letters read ``read_committed``); with 1 partition the model
+  is bit-identical to the offline learner. The time from each kill to learning again is recorded
+  in ``test-artifacts/reliability.jsonl``. Control: with ``transactions = false`` the standby
+  relearns from scratch and repeats dead letters, which the same ledger check catches.
 * **A paused owner (SIGSTOP) that lost its partition and resumes** must not write: it is caught
   with work it never committed, the standby takes over, and when the paused one resumes its
   producer is fenced: nothing of its uncommitted work is visible ``read_committed`` (ledger exact,
-  model bit-identical), and its log shows the fenced transaction.
+  model bit-identical), and no transaction of the new owner ever fails.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.support.ledger import (
     record_figures,
 )
 from tests.support.poison import poison_catalogue
+from tests.support.running_service import TEST_GROUP_TIMING
 from tests.support.state_records import read_raw_state_records
 
 pytestmark = pytest.mark.integration
@@ -49,7 +51,9 @@ RATE = 4_000.0
 """Records published per second: the stream lasts ~5 s, longer than the takeover."""
 CHECKPOINT_TOML = "[checkpoint]\nevery_events = 1000\nevery_seconds = 1.0\n"
 KILL_AT = 0.3
-"""The owner is killed (or paused) once it has handled this share of the stream."""
+"""The owner is paused once it has handled this share of the stream."""
+LOOKAHEAD = 2_000
+"""The publisher runs at most this far past the next kill point, so every kill is mid-stream."""
 DRAIN_TIMEOUT_S = 180.0
 TAKEOVER_TIMEOUT_S = 90.0
 POLL_S = 0.02
@@ -113,8 +117,10 @@ def _instances(
     return made[0], made[1]
 
 
-def _publisher(bootstrap: str, topic: str, stream: ConfiguredStream) -> PacedPublisher:
-    plan = EventPlan(stream.synthetic())
+def _publisher(
+    bootstrap: str, topic: str, stream: ConfiguredStream, partitions: int = 1
+) -> PacedPublisher:
+    plan = EventPlan(stream.synthetic(), partitions=partitions)
     poison = [CHEAP_POISON[i % len(CHEAP_POISON)] for i in range(EVENTS // POISON_EVERY)]
     planned = plan.mixed(EVENTS - len(poison), poison, seed=5)
     return PacedPublisher(bootstrap, topic, planned, RATE)
@@ -134,8 +140,14 @@ def _committed_seen(bootstrap: str, topic: str, group: str) -> int:
     return learner.n_seen
 
 
-@pytest.mark.parametrize("transactions", [True, False], ids=["transactions", "control-off"])
+@pytest.mark.parametrize(
+    ("partitions", "kills", "transactions"),
+    [(1, 3, True), (3, 3, True), (1, 1, False)],
+    ids=["1-partition", "3-partitions", "control-off"],
+)
 def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
+    partitions: int,
+    kills: int,
     transactions: bool,
     kafka_bootstrap: str,
     topic_name: str,
@@ -144,27 +156,48 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
 ) -> None:
     stream = ConfiguredStream(dim=4, seed=13, extra_toml=CHECKPOINT_TOML)
     settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
-    ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"])
+    ensure_topics(settings.kafka, [topic_name], partitions=partitions)
+    ensure_topics(settings.kafka, [f"{topic_name}.dlq"])
     env = {} if transactions else {"NOVIKOFF_KAFKA__TRANSACTIONS": "false"}
     owner, standby = _instances(tmp_path, kafka_bootstrap, topic_name, stream, env)
-    publisher = _publisher(kafka_bootstrap, topic_name, stream)
+    publisher = _publisher(kafka_bootstrap, topic_name, stream, partitions)
+    takeovers: list[dict[str, float]] = []
     try:
         owner.start()
         wait_log(owner, ASSIGNED_LOG)
         standby.start()
         publisher.start()
-        publisher.allow(EVENTS)
-        owner.wait_for("past the kill point", lambda s: handled(s) >= KILL_AT * EVENTS, 60.0)
-        standing = handled(standby.stats())
-        at_kill = handled(owner.stats())
-        owner.kill()
-        killed_at = time.monotonic()
-        standby.wait_for(
-            "taking over", lambda s: handled(s) != standing, TAKEOVER_TIMEOUT_S, POLL_S
-        )
-        first_change_s = time.monotonic() - killed_at
-        standby.wait_for("caught up", lambda s: handled(s) >= at_kill, TAKEOVER_TIMEOUT_S, POLL_S)
-        caught_up_s = time.monotonic() - killed_at
+        for number in range(1, kills + 1):
+            point = int(EVENTS * number / (kills + 1))
+            publisher.allow(point + LOOKAHEAD)
+            owner.wait_for(f"past kill point {number}", lambda s, p=point: handled(s) >= p, 60.0)
+            standing = handled(standby.stats())
+            owned = owner.stats()
+            at_kill = handled(owned)
+            if transactions:
+                # /stats lists only the partitions an instance owns.
+                assert len(owned["partitions"]) == partitions, owned["partitions"]
+                assert standby.stats()["partitions"] == []
+            owner.kill()
+            killed_at = time.monotonic()
+            standby.wait_for(
+                "taking over", lambda s, h=standing: handled(s) != h, TAKEOVER_TIMEOUT_S, POLL_S
+            )
+            changed_s = time.monotonic() - killed_at
+            standby.wait_for(
+                "caught up", lambda s, h=at_kill: handled(s) >= h, TAKEOVER_TIMEOUT_S, POLL_S
+            )
+            takeovers.append(
+                {
+                    "handled_at_kill": at_kill,
+                    "kill_to_standby_state_change_s": round(changed_s, 2),
+                    "kill_to_caught_up_s": round(time.monotonic() - killed_at, 2),
+                }
+            )
+            if number < kills:
+                owner.start()  # the killed machine comes back, as the new standby
+                wait_log(owner, "consumer connected")
+                owner, standby = standby, owner
         ledger = Ledger(topic_name, publisher.join())
         stats = standby.wait_for("drained", _drained, DRAIN_TIMEOUT_S)
         letters = read_dead_letters(
@@ -172,8 +205,9 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
         )
         report = ledger.check(stats, letters)
         assert report.missing == [], report.summary()
-        X, y = ledger.valid_arrays(0)
-        assert served_model(standby) == offline_expectation(stream, X, y)
+        if partitions == 1:
+            X, y = ledger.valid_arrays(0)
+            assert served_model(standby) == offline_expectation(stream, X, y)
         if transactions:
             assert report.problems == [], report.problems
             assert report.duplicate_dead_letters == 0, report.summary()
@@ -181,15 +215,13 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
             record_figures(
                 artifacts_dir,
                 "failover",
-                partitions=1,
+                partitions=partitions,
                 produced=report.produced,
                 learned=report.learned,
                 dead_lettered=report.dead_lettered,
                 repeated_dead_letters=report.duplicate_dead_letters,
-                handled_at_kill=at_kill,
-                kill_to_standby_state_change_s=round(first_change_s, 2),
-                kill_to_caught_up_s=round(caught_up_s, 2),
-                session_timeout_ms=6_000,
+                takeovers=takeovers,
+                session_timeout_ms=TEST_GROUP_TIMING["session_timeout_ms"],
             )
         else:
             assert report.duplicate_dead_letters > 0, report.summary()
