@@ -681,7 +681,14 @@ class ConsumerRunner:
             return False
         try:
             if owner.activation_needed and consumer.assignment():
-                owner.activate()
+                # Cleared first: an assignment arriving meanwhile (the group's IO thread does not
+                # wait for this one) asks for another activation.
+                owner.activation_needed = False
+                try:
+                    owner.activate()
+                except BaseException:
+                    owner.activation_needed = True
+                    raise
                 assigned = consumer.assignment()
                 self._seek_to_engine(consumer, assigned)
                 self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)

@@ -509,9 +509,7 @@ class Owner:
         if self._ensure_state_topic is not None:
             self._ensure_state_topic()
         self.producer.activate()
-        report = self.restore()
-        self.activation_needed = False
-        return report
+        return self.restore()
 
     def restore(self) -> RestoreReport | None:
         """Install the newest committed state, discarding uncommitted work (:func:`restore_newest`).
