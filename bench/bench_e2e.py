@@ -14,7 +14,8 @@ turns, ``ROUNDS`` times each, with a fresh consumer group every time:
   :func:`service.assembly.build_service` driven by a :class:`consumers.runner.ConsumerRunner` with
   the service's runner settings: poll, exactly-once filter, decode + validate, learn, bound,
   metrics, checkpoints (atomic files, every ``checkpoint.every_events`` / ``every_seconds``) and
-  group commits after each checkpoint.
+  group commits after each checkpoint; on Apache Kafka each checkpoint is a transaction (state
+  record + offsets, ``[kafka] transactions``), on Tansu there are none (as in the demo).
 
 Both clocks start when the first ``poll()`` returns records (so the ~3 s group join is not
 counted on either side) and stop when the last record was read (reference) or learned (ours: the
@@ -44,9 +45,10 @@ from consumers.checkpoint import CheckpointStore
 from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
 from service.assembly import build_service, runner_settings
 from service.broker import BROKER_KINDS, BrokerKind, make_broker
+from service.demo import TANSU_TRANSACTIONS
 from service.settings import BOOTSTRAP_ENV_VAR, Settings, load_settings
 from service.synthetic import SyntheticStream
-from service.topics import ensure_topics
+from service.topics import ensure_state_topic, ensure_topics
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ def make_settings(bootstrap: str, stream: SyntheticStream, state: Path) -> Setti
             "bootstrap_servers": bootstrap,
             "topic": TOPIC,
             "group_id": f"bench-e2e-{os.getpid()}-{next(_groups)}",
+            # Tansu runs without transactions, as the demo does there.
+            **({"transactions": TANSU_TRANSACTIONS} if broker_kind() == "tansu" else {}),
         },
         model={"dim": DIMENSION},
         bound={"references": [{"name": "teacher", "weights": stream.reference.tolist()}]},
@@ -193,6 +197,7 @@ def service_consumer(settings: Settings, count: int) -> tuple[float, dict[str, A
         CheckpointStore(settings.checkpoint.path),
         runner_settings(settings),
         consumer_factory=timed_consumer,
+        ensure_state_topic=lambda: ensure_state_topic(settings.kafka),
     )
     runner.start()
     deadline = time.monotonic() + DRAIN_TIMEOUT_S

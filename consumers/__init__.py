@@ -11,6 +11,8 @@ dlq
     The dead-letter writer.
 checkpoint
     The atomic, checksummed checkpoint store.
+state_topic
+    The state topic's records (key and checkpoint-framed value).
 engine
     Learner + bound tracker + counters + partition offsets; immutable snapshots for readers.
 runner

@@ -64,6 +64,7 @@ RATE_WINDOW_SECONDS = 10.0
 MAX_RATE_POINTS = 256
 MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
+CHECKPOINT_REMEDY = "move the checkpoint directory away to start a new model"
 
 PartitionKey = tuple[str, int]
 _Record = TypeVar("_Record", bound=SourceRecord)
@@ -256,6 +257,21 @@ class RestoreReport:
     partitions: int
 
 
+@dataclass(frozen=True)
+class LoadedState:
+    """A verified state payload, loaded and checked against the engine's model, not installed."""
+
+    learner: LinearLearner
+    tracker: BoundTracker
+    partitions: dict[PartitionKey, _Partition]
+    invalid: dict[str, int]
+
+    @property
+    def applied(self) -> int:
+        """Records this state has applied (learned + rejected): it only grows along a history."""
+        return self.learner.n_seen + sum(self.invalid.values())
+
+
 class EngineObserver(Protocol):
     """Receives the engine's events; ``service.metrics`` implements it.
 
@@ -443,6 +459,7 @@ class Engine:
         self._rate_points: deque[tuple[float, int]] = deque(maxlen=MAX_RATE_POINTS)
         self._snapshot: EngineSnapshot
         self._restore_report: RestoreReport | None = None
+        self._owned: frozenset[PartitionKey] | None = None
         self._install(learner, tracker)
 
     # -- read side ------------------------------------------------------------------------------
@@ -560,6 +577,16 @@ class Engine:
             self._snapshot = replace(self._snapshot, partitions=partitions)
         _call(self._observer.on_lag, partitions)
 
+    def set_owned(self, owned: Iterable[PartitionKey] | None) -> None:
+        """Publish only these partitions in snapshots (``None``: every partition the state has).
+
+        A standby holds the offsets of partitions it does not own; ``/stats`` lists only the
+        ones this instance owns. The offsets themselves are kept either way.
+        """
+        with self._lock:
+            self._owned = None if owned is None else frozenset(owned)
+            self._snapshot = replace(self._snapshot, partitions=self._frozen_partitions())
+
     def track_partition(self, topic: str, partition: int, next_offset: int) -> None:
         """Start tracking a partition first read at ``next_offset`` (no checkpoint had it)."""
         with self._lock:
@@ -583,11 +610,19 @@ class Engine:
             }
             return dump_state(self._learner, self._tracker, extra), offsets
 
-    def checkpoint(self, store: CheckpointStore) -> CheckpointReport:
-        """Save a checkpoint to ``store``; failures are reported, logged and raised."""
+    def checkpoint(
+        self,
+        store: CheckpointStore,
+        prepared: tuple[bytes, dict[PartitionKey, int]] | None = None,
+    ) -> CheckpointReport:
+        """Save a checkpoint to ``store``; failures are reported, logged and raised.
+
+        ``prepared`` is a :meth:`checkpoint_bytes` result taken since the last :meth:`apply`
+        (the state record of the same checkpoint), saved instead of serialising again.
+        """
         started = time.perf_counter()
         try:
-            payload, offsets = self.checkpoint_bytes()
+            payload, offsets = prepared if prepared is not None else self.checkpoint_bytes()
             info = store.save(payload)
         except Exception as exc:
             report = CheckpointReport(
@@ -621,35 +656,15 @@ class Engine:
         for loaded in store.load_valid():
             skipped.extend(loaded.skipped)
             try:
-                learner, tracker, extra = load_state(loaded.payload)
-                self._check_compatible(learner, tracker)
-                partitions, invalid = _partitions_from(extra)
-            except (StateError, KeyError, TypeError, ValueError) as exc:
+                state = self.load_payload(loaded.payload)
+            except (StateError, ValueError) as exc:
                 reason = f"cannot be loaded: {exc}"
                 store.quarantine(loaded.path, reason)
                 skipped.append(SkippedCheckpoint(path=loaded.path, reason=reason))
                 continue
-            assert tracker is not None
-            with self._lock:
-                self._partitions = partitions
-                self._invalid = Counter(invalid)
-                self._install(learner, tracker)
-            logger.info(
-                "restored checkpoint %s: %d events learned, %d partition(s): %s",
-                loaded.path.name,
-                learner.n_seen,
-                len(partitions),
-                ", ".join(f"{t}/{p}@{s.next_offset}" for (t, p), s in sorted(partitions.items())),
+            return self.install(
+                state, f"checkpoint {loaded.path.name}", str(loaded.path), loaded.sequence, skipped
             )
-            self._restore_report = RestoreReport(
-                restored=True,
-                path=str(loaded.path),
-                sequence=loaded.sequence,
-                skipped=tuple(skipped),
-                seen=learner.n_seen,
-                partitions=len(partitions),
-            )
-            return self._restore_report
         if skipped:
             logger.error(
                 "NO usable checkpoint: %d checkpoint(s) in %s were damaged or unreadable; "
@@ -659,6 +674,65 @@ class Engine:
             )
         self._restore_report = RestoreReport(
             restored=False, path=None, sequence=None, skipped=tuple(skipped), seen=0, partitions=0
+        )
+        return self._restore_report
+
+    @property
+    def applied(self) -> int:
+        """Records applied so far (learned + rejected), the measure :class:`LoadedState` shares."""
+        with self._lock:
+            return self._learner.n_seen + sum(self._invalid.values())
+
+    def load_payload(self, payload: bytes, remedy: str = CHECKPOINT_REMEDY) -> LoadedState:
+        """Load a ``checkpoint_bytes`` payload and check it holds this engine's model.
+
+        ``remedy`` ends the :class:`IncompatibleCheckpointError` message: how to start anew.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the payload holds another model (learner, encoder, labels or references).
+        StateError, ValueError
+            When the payload is damaged or not a state this engine wrote.
+        """
+        try:
+            learner, tracker, extra = load_state(payload)
+            self._check_compatible(learner, tracker, remedy)
+            partitions, invalid = _partitions_from(extra)
+        except IncompatibleCheckpointError:
+            raise
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed state: {exc!r}") from exc
+        assert tracker is not None
+        return LoadedState(learner, tracker, partitions, invalid)
+
+    def install(
+        self,
+        state: LoadedState,
+        origin: str,
+        path: str | None = None,
+        sequence: int | None = None,
+        skipped: Sequence[SkippedCheckpoint] = (),
+    ) -> RestoreReport:
+        """Replace the model, counters and offsets with ``state`` (from :meth:`load_payload`)."""
+        with self._lock:
+            self._partitions = dict(state.partitions)
+            self._invalid = Counter(state.invalid)
+            self._install(state.learner, state.tracker)
+        logger.info(
+            "restored %s: %d events learned, %d partition(s): %s",
+            origin,
+            state.learner.n_seen,
+            len(state.partitions),
+            offsets_text((key, p.next_offset) for key, p in state.partitions.items()),
+        )
+        self._restore_report = RestoreReport(
+            restored=True,
+            path=path,
+            sequence=sequence,
+            skipped=tuple(skipped),
+            seen=state.learner.n_seen,
+            partitions=len(state.partitions),
         )
         return self._restore_report
 
@@ -674,7 +748,9 @@ class Engine:
         self._rate_points.clear()
         self._publish()
 
-    def _check_compatible(self, learner: LinearLearner, tracker: BoundTracker | None) -> None:
+    def _check_compatible(
+        self, learner: LinearLearner, tracker: BoundTracker | None, remedy: str = CHECKPOINT_REMEDY
+    ) -> None:
         current = self._learner
         problems = []
         if type(learner) is not type(current):
@@ -693,7 +769,7 @@ class Engine:
             raise IncompatibleCheckpointError(
                 "the checkpoint holds a different model than the configuration: "
                 + "; ".join(problems)
-                + " (move the checkpoint directory away to start a new model)"
+                + f" ({remedy})"
             )
 
     def _check_offsets(self, batch: DecodedBatch) -> None:
@@ -721,7 +797,12 @@ class Engine:
         return state
 
     def _frozen_partitions(self) -> tuple[PartitionProgress, ...]:
-        return tuple(state.frozen(key) for key, state in sorted(self._partitions.items()))
+        owned = self._owned
+        return tuple(
+            state.frozen(key)
+            for key, state in sorted(self._partitions.items())
+            if owned is None or key in owned
+        )
 
     def _publish(self) -> EngineSnapshot:
         learner = self._learner

@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from kafka import (
@@ -49,7 +49,7 @@ from kafka import (
 
 from consumers.checkpoint import CheckpointStore
 from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
-from consumers.engine import Engine, PartitionKey
+from consumers.engine import Engine, IncompatibleCheckpointError, PartitionKey, offsets_text
 from consumers.events import DecodedBatch, Rejection, SourceRecord
 from consumers.faults import (
     ConsumerFault,
@@ -59,6 +59,7 @@ from consumers.faults import (
     classify,
     unknown_topic,
 )
+from consumers.transactions import Owner, TransactionError, TransactionSettings
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,10 @@ class RunnerSettings:
     missing_topic_grace_seconds
         How long the subscribed topic may be absent from the cluster's metadata before that is
         reported as an ``unknown_topic`` fault (until then the consumer is only "waiting").
+    transactions
+        Exactly-once mode (:mod:`consumers.transactions`): one owner of every partition, dead
+        letters, state record and offsets in one transaction per checkpoint; ``None`` keeps the
+        local checkpoint as the only state (at-least-once dead letters).
     """
 
     topic: str
@@ -153,6 +158,7 @@ class RunnerSettings:
     backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
     dlq_timeout_seconds: float = DEFAULT_DLQ_TIMEOUT_SECONDS
     missing_topic_grace_seconds: float = DEFAULT_MISSING_TOPIC_GRACE_SECONDS
+    transactions: TransactionSettings | None = None
 
     def __post_init__(self) -> None:
         missing = [k for k in ("bootstrap_servers", "group_id") if not self.consumer_config.get(k)]
@@ -204,12 +210,15 @@ class RunnerSettings:
             "auto_offset_reset": self.auto_offset_reset,
         }
 
+    def connection_config(self) -> dict[str, Any]:
+        """The consumer's connection and security options (:data:`CONNECTION_KEYS`)."""
+        return {k: v for k, v in self.consumer_config.items() if k in CONNECTION_KEYS}
+
     def kafka_producer_config(self) -> dict[str, Any]:
         """The ``KafkaProducer`` keyword arguments of the dead-letter writer."""
         if self.producer_config:
             return dict(self.producer_config)
-        shared = {k: v for k, v in self.consumer_config.items() if k in CONNECTION_KEYS}
-        return {**shared, "acks": "all"}
+        return {**self.connection_config(), "acks": "all"}
 
 
 class Consumer(Protocol):
@@ -320,6 +329,8 @@ class ConsumerRunner:
         The dead-letter writer (default: one on ``settings.dlq_topic`` with ``producer_factory``).
     fault_observer
         Told of every consumer error (the service counts them by kind).
+    ensure_state_topic
+        With ``settings.transactions``: creates the state topic when it is missing.
     """
 
     def __init__(
@@ -332,11 +343,32 @@ class ConsumerRunner:
         producer_factory: ProducerFactory = kafka_producer,
         dead_letters: DeadLetterWriter | None = None,
         fault_observer: FaultObserver | None = None,
+        ensure_state_topic: Callable[[], object] | None = None,
     ) -> None:
         self._engine = engine
         self._store = store
         self._settings = settings
         self._consumer_factory = consumer_factory
+        self._owner: Owner | None = None
+        self._client_settings = settings
+        if settings.transactions is not None:
+            owner = self._owner = Owner(
+                engine,
+                store,
+                settings.transactions,
+                settings.group,
+                settings.connection_config(),
+                ensure_state_topic=ensure_state_topic,
+            )
+            self._client_settings = replace(
+                settings,
+                consumer_config={
+                    **settings.consumer_config,
+                    "partition_assignment_strategy": [owner.assignor],
+                },
+            )
+            producer_factory = _shared(owner.producer)
+            engine.set_owned(())  # nothing is owned until the group assigns it
         self._dead_letters = dead_letters or DeadLetterWriter(
             lambda: producer_factory(settings),
             settings.dlq_topic,
@@ -427,6 +459,8 @@ class ConsumerRunner:
         try:
             if self._engine.restore_report is None:
                 self._engine.restore(self._store)
+            if self._owner is not None and not self._warm_start(self._owner):
+                return
             while not self._stop.is_set():
                 if self._consumer is None and not self._open():
                     self._stop.wait(self._retry_delay())
@@ -448,6 +482,8 @@ class ConsumerRunner:
         polled = consumer.poll(
             timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
         )
+        if self._owner is not None and self._transactional_turn(consumer):
+            return
         records = self._fresh_records(polled)
         if polled:
             self._set_connected()
@@ -482,6 +518,13 @@ class ConsumerRunner:
             chunk = records[start : start + size]
             batch = self._engine.decoder.decode_batch(chunk)
             cut = self._dead_letter(batch)
+            if cut and self._owner is not None:
+                # Dead letters are part of the open transaction: void all of it, resume from
+                # the last commit.
+                self._void_transaction()
+                self._set_disconnected("the dead-letter topic cannot be written; retrying")
+                self._stop.wait(self._backoff.next())
+                return
             if cut:
                 kept = [
                     r for r in chunk if r.offset < cut.get((r.topic, r.partition), r.offset + 1)
@@ -535,6 +578,8 @@ class ConsumerRunner:
 
     def _checkpoint(self, why: str, *, commit: bool = True, blocking_commit: bool = True) -> bool:
         """Save a checkpoint, then commit its offsets for monitoring; whether the save worked."""
+        if self._owner is not None:
+            return self._commit_transaction(why) if commit else False
         try:
             report = self._engine.checkpoint(self._store)
         except Exception as exc:
@@ -556,6 +601,112 @@ class ConsumerRunner:
         )
         if commit:
             self._commit(report.offsets, blocking=blocking_commit)
+        return True
+
+    def _commit_transaction(self, why: str) -> bool:
+        """Commit dead letters, state record and offsets in one transaction, then the cache.
+
+        The local checkpoint is written only after the commit, so the cache never holds work
+        Kafka does not. A failed commit voids everything since the previous one.
+        """
+        owner, consumer = self._owner, self._consumer
+        assert owner is not None
+        if consumer is None or owner.activation_needed or owner.dirty:
+            return False
+        assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        if not assigned:
+            return False
+        prepared = self._engine.checkpoint_bytes()
+        try:
+            sequence = owner.commit(prepared, assigned, _group_metadata(consumer))
+        except TransactionError as exc:
+            logger.error(
+                "checkpoint (%s) not committed, %d applied record(s) void: %s",
+                why,
+                self._applied_since_checkpoint,
+                exc,
+            )
+            self._void_transaction()
+            return False
+        self._applied_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        logger.info(
+            "state record %d committed (%s) with offsets %s",
+            sequence,
+            why,
+            offsets_text(prepared[1].items()),
+        )
+        try:
+            self._engine.checkpoint(self._store, prepared)
+        except Exception as exc:
+            logger.warning("local checkpoint cache not written (%r); Kafka holds the state", exc)
+        return True
+
+    def _void_transaction(self) -> None:
+        """After a failed transaction: abort it, give up ownership and rejoin the group.
+
+        The producer is registered again only on a fresh assignment from the group: a member
+        that was replaced while paused (a zombie) must never fence its successor.
+        """
+        owner = self._owner
+        assert owner is not None
+        owner.discard()
+        owner.assignor.disown()
+        self._engine.set_owned(())
+        owner.activation_needed = False
+        self._applied_since_checkpoint = 0
+        self._resubscribe = True
+
+    def _warm_start(self, owner: Owner) -> bool:
+        """Start from the state topic when it is newer; ``False`` when it holds another model."""
+        try:
+            owner.warm_start()
+        except IncompatibleCheckpointError as exc:
+            logger.error("cannot start: %s", exc)
+            self._set_disconnected(str(exc))
+            return False
+        except Exception as exc:
+            logger.warning("state topic not read at start (%r); it is read on assignment", exc)
+        return True
+
+    def _transactional_turn(self, consumer: Consumer) -> bool:
+        """Fence, restore and seek after an assignment, or drop void work; whether it acted.
+
+        Records polled in the same round were fetched from positions set before the restore and
+        are dropped: the seek below fetches them again from the restored offsets.
+        """
+        owner = self._owner
+        assert owner is not None
+        if not (owner.activation_needed or owner.dirty):
+            return False
+        try:
+            if owner.activation_needed and consumer.assignment():
+                # Cleared first: an assignment arriving meanwhile (the group's IO thread does not
+                # wait for this one) asks for another activation.
+                owner.activation_needed = False
+                try:
+                    owner.activate()
+                except BaseException:
+                    owner.activation_needed = True
+                    raise
+                assigned = consumer.assignment()
+                self._seek_to_engine(consumer, assigned)
+                self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)
+            else:
+                owner.activation_needed = False
+                owner.restore()
+        except IncompatibleCheckpointError as exc:
+            logger.error("consumer cannot learn: %s; stopping", exc)
+            self._set_disconnected(str(exc))
+            self._stop.set()
+            return True
+        except Exception as exc:
+            logger.warning("cannot take over the partitions yet (%r); retrying", exc)
+            self._set_disconnected(f"restoring the state from Kafka: {exc!r}")
+            self._stop.wait(self._backoff.next())
+            return True
+        self._applied_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
         return True
 
     def _commit(self, offsets: Mapping[PartitionKey, int], *, blocking: bool) -> None:
@@ -590,6 +741,13 @@ class ConsumerRunner:
             return
         names = _partition_names(partitions)
         logger.info("partitions %s %s; checkpointing", names, "lost" if lost else "revoked")
+        if self._owner is not None and lost:
+            # Another member may own them already: nothing of this one's may be committed.
+            self._owner.discard()
+            self._owner.assignor.disown()
+            self._engine.set_owned(())
+            self._applied_since_checkpoint = 0
+            return
         if self._applied_since_checkpoint:
             # Blocking consumer calls are not allowed on the IO thread: commit asynchronously.
             self._checkpoint("revoke", commit=not lost, blocking_commit=False)
@@ -598,6 +756,17 @@ class ConsumerRunner:
         consumer = self._consumer
         if consumer is None:
             return
+        if self._owner is not None:
+            # Seeking waits for the restore on the consumer thread (_transactional_turn).
+            self._owner.activation_needed = bool(partitions)
+            if not partitions:
+                self._owner.close(timeout=0)
+                self._engine.set_owned(())
+            return
+        self._seek_to_engine(consumer, partitions)
+
+    def _seek_to_engine(self, consumer: Consumer, partitions: Any) -> None:
+        """Position ``partitions`` at the engine's next offsets (``auto_offset_reset`` if new)."""
         fresh = []
         for tp in partitions:
             offset = self._engine.next_offset(tp.topic, tp.partition)
@@ -625,7 +794,7 @@ class ConsumerRunner:
 
     def _open(self) -> bool:
         try:
-            consumer = self._consumer_factory(self._settings)
+            consumer = self._consumer_factory(self._client_settings)
             # The topic's metadata before the first join: a group leader that has none assigns
             # the topic no partitions, and kafka-python may not refresh it for minutes.
             consumer.partitions_for_topic(self._settings.topic)
@@ -706,7 +875,10 @@ class ConsumerRunner:
             self._set_disconnected(fault.reason)
         else:
             self._on_fault(fault)
-        if self._applied_since_checkpoint:
+        if self._owner is not None:
+            self._owner.discard()
+            self._applied_since_checkpoint = 0
+        elif self._applied_since_checkpoint:
             self._checkpoint("error", commit=False)
         # The broker answered with a refusal: there is time to leave the group cleanly.
         self._close_consumer(timeout_ms=0 if fault.retriable else LEAVE_GROUP_TIMEOUT_MS)
@@ -768,6 +940,8 @@ class ConsumerRunner:
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
         self._close_consumer(timeout_ms=remaining_ms)
         self._dead_letters.close(timeout=max(0.0, deadline - time.monotonic()))
+        if self._owner is not None:
+            self._owner.close(timeout=max(0.0, deadline - time.monotonic()))
         self._set_disconnected("the consumer has stopped")
         self._final_checkpoint_ok = saved
         logger.info("consumer stopped (final checkpoint %s)", "written" if saved else "FAILED")
@@ -826,6 +1000,17 @@ def _topic_in_metadata(consumer: Consumer, topic: str) -> bool | None:
         return cluster.partitions_for_topic(topic) is not None
     except Exception:
         return None
+
+
+def _shared(producer: Producer) -> ProducerFactory:
+    """A producer factory handing out one producer the runner owns."""
+    return lambda settings: producer
+
+
+def _group_metadata(consumer: Consumer) -> Any:
+    """The consumer's group metadata for ``send_offsets_to_transaction`` (KIP-447 fencing)."""
+    metadata = getattr(consumer, "group_metadata", None)
+    return metadata() if callable(metadata) else None
 
 
 def _topic_partition(topic: str, partition: int) -> Any:

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
+from typing import Protocol
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
@@ -21,12 +22,15 @@ from prometheus_client import CollectorRegistry
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.transactions import TransactionSettings, transaction_timeout_ms
 from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
 from service.model import ReferenceError, build_learner, build_tracker
+from service.replica import Replica
 from service.server import HttpServer
 from service.settings import Settings
+from service.topics import ensure_state_topic
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +48,19 @@ class StartupError(RuntimeError):
     """The service cannot start (bad reference file, unreadable checkpoint directory...)."""
 
 
+class Worker(Protocol):
+    """The thread beside the HTTP server: the consumer runner, or a replica's state follower."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float | None = None) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> bool: ...
+
+
 @dataclass
 class Service:
     """Everything the process runs, built from one settings object."""
@@ -52,7 +69,7 @@ class Service:
     registry: CollectorRegistry
     metrics: Metrics
     engine: Engine
-    runner: ConsumerRunner
+    runner: Worker
     app: FastAPI
     http: HttpServer
 
@@ -63,7 +80,7 @@ class Service:
 
     @property
     def running(self) -> bool:
-        """Whether both the HTTP server and the consumer are still running."""
+        """Whether both the HTTP server and the worker (consumer or follower) still run."""
         return self.http.running and self.runner.running
 
     def start(self) -> None:
@@ -116,15 +133,30 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         tracker = build_tracker(settings, learner.encoder.dimension)
     except ReferenceError as exc:
         raise StartupError(str(exc)) from None
-    try:
-        store = CheckpointStore(settings.checkpoint.path)
-        engine = Engine(learner, tracker, observer=metrics)
-        engine.restore(store)
-    except (IncompatibleCheckpointError, OSError) as exc:
-        raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
+    engine = Engine(learner, tracker, observer=metrics)
+    runner: Worker
+    if settings.service.role == "replica":
+        # A replica's model comes from the state topic only: no checkpoint, no events consumer.
+        replica = Replica(settings, engine, metrics)
+        runner = replica.follower
+        app = create_app(settings, replica, replica, metrics)
+    else:
+        try:
+            store = CheckpointStore(settings.checkpoint.path)
+            engine.restore(store)
+        except (IncompatibleCheckpointError, OSError) as exc:
+            raise StartupError(f"checkpoint {settings.checkpoint.path}: {exc}") from None
+        options = runner_settings(settings)
+        consumer = ConsumerRunner(
+            engine,
+            store,
+            options,
+            fault_observer=metrics,
+            ensure_state_topic=lambda: ensure_state_topic(settings.kafka),
+        )
+        runner = consumer
+        app = create_app(settings, engine, consumer, metrics)
     metrics.follow(lambda: engine.snapshot)
-    runner = ConsumerRunner(engine, store, runner_settings(settings), fault_observer=metrics)
-    app = create_app(settings, engine, runner, metrics)
     http = HttpServer(
         app,
         settings.http.host,
@@ -136,9 +168,22 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     return Service(settings, registry, metrics, engine, runner, app, http)
 
 
+def transaction_settings(settings: Settings) -> TransactionSettings | None:
+    """Exactly-once settings (``None`` when ``[kafka] transactions`` is off)."""
+    if not settings.kafka.transactions:
+        return None
+    return TransactionSettings(
+        state_topic=settings.kafka.state_topic_name,
+        model_id=settings.kafka.topic,
+        max_record_bytes=settings.kafka.state_record_max_bytes,
+        transaction_timeout_ms=transaction_timeout_ms(settings.checkpoint.every_seconds),
+    )
+
+
 def runner_settings(settings: Settings) -> RunnerSettings:
     """The consumer runner's settings from the service's."""
     return RunnerSettings(
+        transactions=transaction_settings(settings),
         topic=settings.kafka.topic,
         consumer_config=settings.kafka.consumer_config(),
         producer_config=settings.kafka.producer_config(),
@@ -169,10 +214,16 @@ def run_service(settings: Settings) -> int:
         except (StartupError, OSError, RuntimeError) as exc:
             logger.error("cannot start: %s", exc)
             return EXIT_FAILURE
+        source = (
+            f"following {settings.kafka.state_topic_name}"
+            if settings.service.role == "replica"
+            else f"consuming {settings.kafka.topic}"
+        )
         logger.info(
-            "novikoff serving %s, consuming %s from %s",
+            "novikoff %s serving %s, %s from %s",
+            settings.service.role,
             service.url,
-            settings.kafka.topic,
+            source,
             settings.kafka.bootstrap_servers,
         )
         while not stop.wait(SUPERVISE_INTERVAL_S):

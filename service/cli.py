@@ -23,7 +23,7 @@ from service.broker import (
 from service.brokers.net import LOOPBACK
 from service.demo import DemoOptions, run_demo
 from service.offline import fit_file
-from service.settings import Settings, SettingsError, load_settings
+from service.settings import ROLES, Settings, SettingsError, load_settings
 from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 
@@ -94,6 +94,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _config_option(parser)
     parser.add_argument("--host", help="override http.host")
     parser.add_argument("--port", type=int, help="override http.port (0 picks a free port)")
+    parser.add_argument(
+        "--role",
+        choices=ROLES,
+        help="override service.role: learner (consume and learn) or replica (follow the "
+        "learner's model through the state topic and serve it; learns nothing)",
+    )
 
 
 def _add_stream_options(
@@ -270,7 +276,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     http = {
         key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None
     }
-    settings = _settings(args, http=http)
+    service = {"role": args.role} if args.role is not None else {}
+    settings = _settings(args, http=http, service=service)
     return run_service(settings)
 
 

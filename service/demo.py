@@ -44,6 +44,10 @@ TANSU_GROUP_TIMING: dict[str, object] = {
 """The embedded Tansu broker's profile: Tansu joins a group in about max_poll_interval_ms / 13, so
 Kafka's five-minute default would hold the demo's first join for ~23 s. Applied only to the
 embedded broker and only to keys the configuration leaves unset."""
+TANSU_TRANSACTIONS = False
+"""``[kafka] transactions`` on the embedded Tansu broker: it does not isolate transactions from
+``read_committed`` readers, so the demo keeps the local checkpoint as its only state and dead
+letters are at-least-once there (README, "Exactly once")."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,12 @@ def demo_settings(
     )
     return load_settings(
         options.config,
-        kafka={**_section(base, "kafka"), **profile, "bootstrap_servers": bootstrap},
+        kafka={
+            **_section(base, "kafka"),
+            **profile,
+            "bootstrap_servers": bootstrap,
+            **({"transactions": TANSU_TRANSACTIONS} if embedded else {}),
+        },
         model={
             **_section(base, "model"),
             "variant": "binary",

@@ -11,11 +11,14 @@ partition, a route. No label ever carries an event id, a record key or an offset
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
 from consumers.faults import FAULT_KINDS, ConsumerFault
@@ -39,6 +42,12 @@ REQUEST_SECONDS_BUCKETS = (
     0.1,
     0.25,
     1.0,
+)
+
+MODEL_AGE_METRIC = "novikoff_model_age_seconds"
+MODEL_AGE_HELP = (
+    "Replicas: seconds since the replica last confirmed that its model is the newest in the "
+    "state topic (NaN before it has a model)."
 )
 
 UNMATCHED_ROUTE = "unmatched"
@@ -168,6 +177,10 @@ class Metrics:
         """Count one consumer error by its kind."""
         self._consumer_errors.labels(kind=fault.kind.value).inc()
 
+    def watch_model_age(self, age: Callable[[], float | None]) -> None:
+        """Export ``novikoff_model_age_seconds``, read from ``age`` at every scrape."""
+        self.registry.register(ModelAgeCollector(age))
+
     def observe_batch(self, seconds: float, records: int) -> None:
         """Time one applied batch of ``records`` records."""
         self._batch_seconds.observe(seconds)
@@ -204,3 +217,32 @@ class Metrics:
 
 def _no_snapshot() -> None:
     return None
+
+
+class ModelAgeCollector(Collector):
+    """``novikoff_model_age_seconds``: how stale a replica's model is, read when scraped.
+
+    The value is owned by the replica (:class:`service.replica.Replica`); the collector only
+    reads it, so the exposition is never older than the scrape. NaN until there is a model.
+
+    Examples
+    --------
+    >>> registry = CollectorRegistry()
+    >>> registry.register(ModelAgeCollector(lambda: 2.5))
+    >>> registry.get_sample_value(MODEL_AGE_METRIC)
+    2.5
+    """
+
+    def __init__(self, age: Callable[[], float | None]) -> None:
+        self._age = age
+
+    def describe(self) -> list[Metric]:
+        """The family without reading the value (registration must not call the replica)."""
+        return [GaugeMetricFamily(MODEL_AGE_METRIC, MODEL_AGE_HELP)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with the current age."""
+        age = self._age()
+        yield GaugeMetricFamily(
+            MODEL_AGE_METRIC, MODEL_AGE_HELP, value=math.nan if age is None else age
+        )

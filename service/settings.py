@@ -38,6 +38,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES
+from consumers.state_topic import default_state_topic
 from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
 from learning.predictor import PredictorName
 from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
@@ -84,6 +86,9 @@ MOVED_SETTINGS = {"max_features": "model.max_features_per_event"}
 DEFAULT_CHECKPOINT_EVERY_EVENTS = 10_000
 DEFAULT_CHECKPOINT_EVERY_SECONDS = 5.0
 DEFAULT_SHUTDOWN_DEADLINE_SECONDS = 15.0
+# A replica is not ready once it has not confirmed for this long that its model is the newest in
+# the state topic (four learner checkpoint intervals of 5 s, plus margin for a broker hiccup).
+DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS = 30.0
 DEFAULT_MARGIN_WINDOW = 1_000
 DEFAULT_MAX_VOTERS = 64
 DEFAULT_VOCABULARY_SIZE = 65_536
@@ -110,6 +115,11 @@ class KafkaSettings(_Section):
     topic: str = Field(default="events", min_length=1, max_length=249)
     group_id: str = Field(default="novikoff", min_length=1)
     dlq_topic: str | None = Field(default=None, min_length=1, max_length=249)
+    state_topic: str | None = Field(default=None, min_length=1, max_length=249)
+    state_record_max_bytes: int = Field(
+        default=DEFAULT_MAX_RECORD_BYTES, ge=MIN_RECORD_BYTES, le=DEFAULT_MAX_RECORD_BYTES
+    )
+    transactions: bool = True
     client_id: str = "novikoff"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=DEFAULT_SESSION_TIMEOUT_MS, gt=0)
@@ -156,6 +166,11 @@ class KafkaSettings(_Section):
     def dead_letter_topic(self) -> str:
         """``dlq_topic``, or ``<topic>.dlq`` when it is not set."""
         return self.dlq_topic or f"{self.topic}.dlq"
+
+    @property
+    def state_topic_name(self) -> str:
+        """``state_topic``, or ``<topic>.state`` when it is not set (compacted; see DESIGN.md)."""
+        return self.state_topic or default_state_topic(self.topic)
 
     def client_config(self) -> dict[str, Any]:
         """Keyword arguments shared by every kafka-python client (connection and security)."""
@@ -373,10 +388,18 @@ class LoggingSettings(_Section):
         return value.upper() if isinstance(value, str) else value
 
 
+ROLES = ("learner", "replica")
+Role = Literal["learner", "replica"]
+
+
 class ServiceSettings(_Section):
-    """The process as a whole."""
+    """The process as a whole: its role and how it stops."""
 
     shutdown_deadline_seconds: float = Field(default=DEFAULT_SHUTDOWN_DEADLINE_SECONDS, gt=0)
+    role: Role = "learner"
+    replica_max_model_age_seconds: float = Field(
+        default=DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS, gt=0
+    )
 
 
 class Settings(BaseSettings):
@@ -397,6 +420,15 @@ class Settings(BaseSettings):
     checkpoint: CheckpointSettings = CheckpointSettings()
     logging: LoggingSettings = LoggingSettings()
     service: ServiceSettings = ServiceSettings()
+
+    @model_validator(mode="after")
+    def _replica_follows_a_fixed_encoder(self) -> Settings:
+        if self.service.role == "replica" and self.model.encoding == "vocabulary":
+            raise ValueError(
+                'service.role "replica" needs a fixed encoder: a replica cannot follow the '
+                'growing "vocabulary" encoding (use "hashing")'
+            )
+        return self
 
     @model_validator(mode="after")
     def _references_fit_model(self) -> Settings:

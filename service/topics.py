@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from consumers.state_topic import STATE_TOPIC_CONFIGS
 from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
@@ -17,7 +18,12 @@ BROKER_DEFAULT_REPLICATION = -1
 """CreateTopics' "use the broker's ``default.replication.factor``" (KIP-464)."""
 
 
-def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 1) -> list[str]:
+def ensure_topics(
+    kafka: KafkaSettings,
+    names: Iterable[str],
+    partitions: int = 1,
+    configs: Mapping[str, str] | None = None,
+) -> list[str]:
     """Create the topics in ``names`` that do not exist yet; return the ones created.
 
     Parameters
@@ -28,6 +34,8 @@ def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 
         Topic names.
     partitions
         Partition count of each topic created.
+    configs
+        Topic configuration of each topic created (e.g. ``cleanup.policy``).
 
     Each topic gets ``kafka.replication_factor`` replicas, or the broker's
     ``default.replication.factor`` when that setting is unset.
@@ -44,7 +52,9 @@ def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 
         created = []
         for name in wanted:
             try:
-                admin.create_topics([NewTopic(name, partitions, replication)])
+                admin.create_topics(
+                    [NewTopic(name, partitions, replication, topic_configs=dict(configs or {}))]
+                )
             except TopicAlreadyExistsError:
                 continue
             created.append(name)
@@ -52,3 +62,11 @@ def ensure_topics(kafka: KafkaSettings, names: Iterable[str], partitions: int = 
         return created
     finally:
         admin.close()
+
+
+def ensure_state_topic(kafka: KafkaSettings) -> list[str]:
+    """Create the compacted state topic (``kafka.state_topic_name``) if it does not exist yet.
+
+    One partition: the topic holds one record per (group, model), compacted to the newest.
+    """
+    return ensure_topics(kafka, [kafka.state_topic_name], configs=STATE_TOPIC_CONFIGS)

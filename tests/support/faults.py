@@ -130,6 +130,17 @@ class FaultyService(RunningService):
         self._proc.wait()
         self._proc = None
 
+    def wait_dead(self, timeout_s: float) -> int:
+        """Wait for the process to exit on its own; its exit code (negative: the signal)."""
+        if self._proc is None:
+            raise RuntimeError("service not started")
+        code = self._proc.wait(timeout=timeout_s)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._proc = None
+        return code
+
     def kill_past_checkpoint(self, poll_s: float = 0.01) -> tuple[int, int]:
         """SIGKILL at a moment when the service has learned events its newest checkpoint lacks.
 

@@ -297,15 +297,26 @@ def _send(producer: KafkaProducer, topic: str, item: Planned) -> Any:
 
 
 def read_dead_letters(
-    bootstrap: str, topic: str, expected: int, timeout_s: float = READ_TIMEOUT_S
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout_s: float = READ_TIMEOUT_S,
+    *,
+    isolation_level: str = "read_uncommitted",
 ) -> list[DeadLetter]:
     """Every record of the dead-letter ``topic``, reading until at least ``expected`` arrived
-    and the end of every partition is reached."""
+    and the end of every partition is reached.
+
+    ``read_uncommitted`` (the default) also shows records of open and aborted transactions (a
+    dead letter is there as soon as it is acknowledged); ``read_committed`` is what a consumer
+    of the dead letters sees under exactly-once (``[kafka] transactions``).
+    """
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         consumer_timeout_ms=int(timeout_s * 1000),
+        isolation_level=isolation_level,
     )
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
@@ -318,11 +329,10 @@ def read_dead_letters(
             batches = consumer.poll(timeout_ms=POLL_MS)
             for records in batches.values():
                 letters.extend(DeadLetter(r.key, r.value, dict(r.headers or [])) for r in records)
-            caught_up = all(
-                consumer.highwater(tp) is not None
-                and consumer.position(tp) >= consumer.highwater(tp)
-                for tp in assigned
-            )
+            # end_offsets answers for the isolation level (the last stable offset when
+            # read_committed), so a reader never waits for records it will not be shown.
+            ends = consumer.end_offsets(assigned)
+            caught_up = all(consumer.position(tp) >= ends[tp] for tp in assigned)
             if len(letters) >= expected and caught_up and not batches:
                 break
         return letters

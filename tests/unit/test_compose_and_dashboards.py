@@ -34,6 +34,10 @@ DATASOURCES = GRAFANA / "provisioning" / "datasources" / "prometheus.yml"
 DASHBOARD_PROVIDERS = GRAFANA / "provisioning" / "dashboards" / "novikoff.yml"
 
 NOVIKOFF_PORT = 8000
+LEARNERS = ("learner-1", "learner-2")
+REPLICAS = ("replica-1", "replica-2")
+SERVERS = (*LEARNERS, *REPLICAS)
+"""Every ``novikoff serve`` of the compose file."""
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
 
@@ -56,9 +60,10 @@ PROMQL_KEYWORDS = frozenset(
 
 
 def exported_series_names() -> set[str]:
-    """Every series name novikoff's registry can expose, whether or not it has a sample yet."""
+    """Every series name novikoff's registry can expose, whether or not it has a sample yet
+    (a read replica's ``novikoff_model_age_seconds`` included)."""
     registry = CollectorRegistry()
-    Metrics(registry)
+    Metrics(registry).watch_model_age(lambda: None)
     names: set[str] = set()
     for family in registry.collect():
         names.update(family.name + suffix for suffix in SAMPLE_SUFFIXES[family.type])
@@ -85,6 +90,11 @@ def promql_metric_names(expr: str) -> set[str]:
         if not is_call and name.lower() not in PROMQL_KEYWORDS:
             names.add(name)
     return names
+
+
+def role_of(name: str) -> str:
+    """``learner`` or ``replica``: what a compose server's name says it is."""
+    return name.split("-", maxsplit=1)[0]
 
 
 def load_yaml(path: Path) -> Any:
@@ -160,7 +170,19 @@ def grafana_targets(dashboard: dict[str, Any]) -> list[tuple[str, dict[str, Any]
 
 
 def test_compose_has_every_part(services: dict[str, Any]) -> None:
-    assert {"kafka", "novikoff", "producer", "prometheus", "grafana"} <= set(services)
+    assert {"kafka", *SERVERS, "nginx", "producer", "prometheus", "grafana"} <= set(services)
+
+
+def test_two_learners_and_two_replicas(services: dict[str, Any]) -> None:
+    roles = {name: services[name]["environment"]["NOVIKOFF_SERVICE__ROLE"] for name in SERVERS}
+    assert roles == {**dict.fromkeys(LEARNERS, "learner"), **dict.fromkeys(REPLICAS, "replica")}
+    states = [
+        volume
+        for name in LEARNERS
+        for volume in services[name]["volumes"]
+        if str(volume).endswith(":/var/lib/novikoff")
+    ]
+    assert len(set(states)) == len(LEARNERS), "each learner keeps its own checkpoint cache"
 
 
 def test_kafka_is_a_single_kraft_node(services: dict[str, Any]) -> None:
@@ -177,24 +199,27 @@ def test_kafka_is_a_single_kraft_node(services: dict[str, Any]) -> None:
 def test_novikoff_reaches_kafka_at_an_advertised_listener(services: dict[str, Any]) -> None:
     advertised = str(services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"])
     addresses = {listener.split("://")[1] for listener in advertised.split(",")}
-    for name in ("novikoff", "producer"):
+    for name in (*SERVERS, "producer"):
         assert services[name]["environment"]["KAFKA_BOOTSTRAP_SERVERS"] in addresses
 
 
 def test_ports_are_published(services: dict[str, Any]) -> None:
-    assert published_ports(services["novikoff"]) == {NOVIKOFF_PORT: NOVIKOFF_PORT}
+    assert published_ports(services["nginx"]) == {NOVIKOFF_PORT: NOVIKOFF_PORT}
+    for name in SERVERS:
+        assert published_ports(services[name]) == {}, f"{name} is reached through nginx"
     assert published_ports(services["prometheus"]) == {PROMETHEUS_PORT: PROMETHEUS_PORT}
     assert published_ports(services["grafana"]) == {GRAFANA_PORT: GRAFANA_PORT}
     assert 9094 in published_ports(services["kafka"]), "host clients need a listener"
 
 
-def test_novikoff_serves_and_producer_produces(services: dict[str, Any]) -> None:
-    assert command_of(services["novikoff"]) == ["serve"]
+@pytest.mark.parametrize("name", SERVERS)
+def test_novikoff_serves_and_producer_produces(services: dict[str, Any], name: str) -> None:
+    assert command_of(services[name]) == ["serve"]
     assert command_of(services["producer"])[0] == "produce"
-    for name in ("novikoff", "producer"):
-        assert services[name]["build"] == ".", "both run the image the Dockerfile builds"
+    for each in (name, "producer"):
+        assert services[each]["build"] == ".", "both run the image the Dockerfile builds"
     assert (ROOT / "Dockerfile").is_file()
-    env = services["novikoff"]["environment"]
+    env = services[name]["environment"]
     assert env["NOVIKOFF_HTTP__HOST"] == "0.0.0.0", "a container must listen beyond loopback"
     assert int(env["NOVIKOFF_HTTP__PORT"]) == NOVIKOFF_PORT
 
@@ -205,10 +230,11 @@ def test_every_bind_mount_exists(services: dict[str, Any]) -> None:
             assert source.exists(), f"{name} mounts missing {source} at {target}"
 
 
+@pytest.mark.parametrize("name", SERVERS)
 def test_novikoff_config_loads_with_the_compose_environment(
-    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    service = services["novikoff"]
+    service = services[name]
     env = {key: str(value) for key, value in service["environment"].items()}
     config = bind_mounts(service)[env.pop("NOVIKOFF_CONFIG")]
     for key, value in env.items():
@@ -220,12 +246,14 @@ def test_novikoff_config_loads_with_the_compose_environment(
     assert [reference.name for reference in settings.bound.references] == ["u"]
     assert settings.http.auth == "token"
     assert "/metrics" in settings.http.open_paths, "the bundled Prometheus scrapes without a token"
+    assert settings.service.role == role_of(name)
 
 
+@pytest.mark.parametrize("name", SERVERS)
 def test_novikoff_reads_its_tokens_from_a_secret(
-    compose: dict[str, Any], services: dict[str, Any]
+    compose: dict[str, Any], services: dict[str, Any], name: str
 ) -> None:
-    service = services["novikoff"]
+    service = services[name]
     env = service["environment"]
     assert env["NOVIKOFF_HTTP__AUTH"] == "token"
     assert "NOVIKOFF_HTTP_TOKENS" not in env, "tokens come from the secret, not the compose file"
@@ -242,7 +270,7 @@ def test_reference_separator_is_the_producers(services: dict[str, Any]) -> None:
     """The configured ``u`` is the separator of the stream the producer service publishes."""
     options = command_options(command_of(services["producer"]))
     config = tomllib.loads(
-        bind_mounts(services["novikoff"])["/opt/novikoff/config/compose.toml"].read_text()
+        bind_mounts(services[LEARNERS[0]])["/opt/novikoff/config/compose.toml"].read_text()
     )
     stream = SyntheticStream(
         dim=int(options["--dim"]),
@@ -260,8 +288,12 @@ def test_reference_separator_is_the_producers(services: dict[str, Any]) -> None:
 def test_prometheus_scrapes_novikoff_and_loads_the_alerts(services: dict[str, Any]) -> None:
     config = load_yaml(PROMETHEUS)
     (job,) = config["scrape_configs"]
-    targets = [t for group in job["static_configs"] for t in group["targets"]]
-    assert targets == [f"novikoff:{NOVIKOFF_PORT}"]
+    targets = {
+        target: group["labels"]["role"]
+        for group in job["static_configs"]
+        for target in group["targets"]
+    }
+    assert targets == {f"{name}:{NOVIKOFF_PORT}": role_of(name) for name in SERVERS}
     assert job.get("metrics_path", "/metrics") == "/metrics"
     mounts = bind_mounts(services["prometheus"])
     assert mounts["/etc/prometheus/prometheus.yml"] == PROMETHEUS
@@ -316,6 +348,7 @@ def test_dashboard_uses_only_exported_metrics(
         ("Consumer lag", "novikoff_consumer_lag"),
         ("Event-processing latency", "novikoff_batch_processing_seconds_bucket"),
         ("HTTP request latency", "novikoff_http_request_duration_seconds_bucket"),
+        ("Replica model age", "novikoff_model_age_seconds"),
     ],
 )
 def test_dashboard_has_the_promised_panels(

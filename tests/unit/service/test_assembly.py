@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from consumers.state_follower import StateFollower
 from service.assembly import build_service
 from service.settings import load_settings
 from tests.support.broker import free_port
@@ -39,3 +40,30 @@ def test_service_without_a_broker_serves_and_stops(tmp_path: Path) -> None:
     assert stopped
     assert time.monotonic() - started < settings.service.shutdown_deadline_seconds
     assert not service.running
+
+
+def test_a_replica_without_a_broker_serves_follows_nothing_and_stops(tmp_path: Path) -> None:
+    settings = load_settings(
+        kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},
+        http={"port": 0},
+        checkpoint={"path": str(tmp_path / "state")},
+        service={"shutdown_deadline_seconds": 10.0, "role": "replica"},
+    )
+    service = build_service(settings)
+    assert isinstance(service.runner, StateFollower)
+    service.start()
+    try:
+        assert service.running
+        ready = httpx.get(service.url + "/readyz")
+        assert ready.status_code == 503
+        assert "no model from the state topic events.state" in ready.json()["detail"]
+        answer = httpx.post(service.url + "/predict", json={"features": [1.0, 2.0]})
+        assert answer.status_code == 200
+        metrics = httpx.get(service.url + "/metrics").text
+        assert "novikoff_model_age_seconds NaN" in metrics
+    finally:
+        assert service.stop()
+    assert not (tmp_path / "state").exists(), "a replica keeps no checkpoint"
+    # Control: a learner with the same settings opens its checkpoint directory.
+    build_service(load_settings(checkpoint={"path": str(tmp_path / "state")}, http={"port": 0}))
+    assert (tmp_path / "state").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from service import cli
 from service.cli import build_parser, main
+from service.settings import Settings
 from service.synthetic import SyntheticStream
 
 COMMANDS = ["serve", "produce", "fit", "demo"]
@@ -109,3 +112,25 @@ def test_fit_reads_csv_and_skips_invalid_rows(
     captured = capsys.readouterr()
     assert "2 events from" in captured.out
     assert "unknown_label" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "role"),
+    [([], "learner"), (["--role", "replica"], "replica"), (["--role", "learner"], "learner")],
+)
+def test_serve_role_overrides_the_setting(
+    argv: list[str], role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[Settings] = []
+    monkeypatch.setattr(cli, "run_service", lambda settings: served.append(settings) or 0)
+    for name in [n for n in os.environ if n.startswith("NOVIKOFF_")]:
+        monkeypatch.delenv(name)
+    assert main(["serve", *argv]) == 0
+    assert served[0].service.role == role
+
+
+def test_serve_refuses_an_unknown_role(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--role", "standby"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'standby'" in capsys.readouterr().err

@@ -1,0 +1,580 @@
+"""Exactly-once learning with Kafka transactions: one owner, one transaction per checkpoint.
+
+Ownership
+    The model is one state (one record per group and model in the state topic), so one member of
+    the consumer group owns *every* partition of the events topic and the others stand by:
+    :class:`SingleOwnerAssignor` gives all partitions to the current owner (the member whose
+    newest assignment has the highest generation) and, when there is none, to the first member.
+
+Transactions
+    The owner's producer has a stable ``transactional.id`` (:attr:`TransactionSettings.
+    transactional_id`, derived from the group and the model, which is the whole assignment). Its
+    dead letters, then the checkpoint's state record and the group's offsets
+    (``send_offsets_to_transaction`` with the consumer's group metadata) go in one transaction,
+    committed at each checkpoint (every N events or T seconds). A new owner's
+    ``init_transactions`` aborts whatever transaction its predecessor left open and bumps the
+    producer epoch, so a predecessor that is only paused (a zombie) is fenced: its next send or
+    commit fails and nothing of it becomes visible to ``read_committed`` readers. The group
+    generation in the offsets (KIP-447) fences it as well.
+
+Restoring
+    On every assignment the owner restores the newest committed state: the state topic's newest
+    record that verifies and loads, the local checkpoint cache only when it has applied at least
+    as many records (:func:`restore_newest`). Work applied but not committed is discarded with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from kafka.errors import MessageSizeTooLargeError
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from consumers.checkpoint import CheckpointStore
+from consumers.dlq import ProducerFuture
+from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
+from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
+from consumers.state_topic import (
+    STATE_RECORD_MAX_BYTES,
+    encode_state_record,
+    read_state_records,
+    state_key,
+)
+from learning import StateError
+
+logger = logging.getLogger(__name__)
+
+ASSIGNOR_NAME = "novikoff-single-owner"
+ASSIGNOR_VERSION = 0
+NOT_OWNER = -1
+"""The generation a member that owns nothing announces."""
+GENERATION_BYTES = 8
+TRANSACTIONAL_ID_PREFIX = "novikoff"
+DEFAULT_STATE_READ_TIMEOUT_SECONDS = 30.0
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+"""Apache Kafka's default ``transaction.max.timeout.ms``: a longer timeout is refused."""
+TIMEOUT_INTERVALS = 2
+"""A transaction may stay open this many checkpoint intervals before the broker aborts it."""
+ABORT_TIMEOUT_S = 5.0
+DEAD_LETTER_MAX_BYTES = 1_048_576
+"""kafka-python's default ``max_request_size``: dead letters are bounded as a default producer
+bounds them (client side, before anything joins the transaction), while state records may be up
+to :data:`consumers.state_topic.STATE_RECORD_MAX_BYTES`."""
+STATE_TOPIC_REMEDY = (
+    "a new model needs another [kafka] group_id or state_topic; the model settings must match "
+    "the ones the state topic was written with"
+)
+
+
+@dataclass(frozen=True)
+class TransactionSettings:
+    """Where the state goes and how the owner's transactions are named.
+
+    Parameters
+    ----------
+    state_topic
+        The compacted state topic.
+    model_id
+        The model's id in the state key (the service uses the events topic).
+    state_read_timeout_seconds
+        Bound on reading the state topic on assignment.
+    transaction_timeout_ms
+        The broker aborts a transaction left open this long (above the checkpoint interval).
+    max_record_bytes
+        A state record above this is split into chunks (:mod:`consumers.state_chunks`).
+    """
+
+    state_topic: str
+    model_id: str
+    state_read_timeout_seconds: float = DEFAULT_STATE_READ_TIMEOUT_SECONDS
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+
+    def key(self, group: str) -> bytes:
+        """The state record key of ``group``'s model."""
+        return state_key(group, self.model_id)
+
+    def transactional_id(self, group: str) -> str:
+        """The owner's ``transactional.id``: the same for every owner of ``group``'s model."""
+        return f"{TRANSACTIONAL_ID_PREFIX}-{group}-{self.model_id}"
+
+
+class SingleOwnerAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Every subscribed partition to one member: the current owner, else the first member.
+
+    Each member announces, in its subscription's user data, the generation of its newest
+    non-empty assignment (:data:`NOT_OWNER` when it owns nothing). The member announcing the
+    highest generation keeps everything, so a standby joining never moves the model, and a
+    zombie that was replaced announces an older generation than its successor.
+    """
+
+    name = ASSIGNOR_NAME
+    version = ASSIGNOR_VERSION
+
+    def __init__(self) -> None:
+        self._owned_generation = NOT_OWNER
+
+    def disown(self) -> None:
+        """Forget ownership (the partitions were lost or revoked for good)."""
+        self._owned_generation = NOT_OWNER
+
+    def metadata(self, topics: Any) -> Any:
+        user_data = self._owned_generation.to_bytes(GENERATION_BYTES, "big", signed=True)
+        return ConsumerProtocolSubscription(self.version, sorted(topics), user_data)
+
+    def on_assignment(self, assignment: Any, generation: int) -> None:
+        self._owned_generation = generation if assignment.partitions() else NOT_OWNER
+
+    def assign(self, cluster: Any, members: Sequence[Any]) -> dict[str, Any]:
+        owner = min(members, key=lambda m: (-_announced_generation(m), m.member_id)).member_id
+        topics = sorted({topic for member in members for topic in member.metadata.topics})
+        owned = []
+        for topic in topics:
+            partitions = cluster.partitions_for_topic(topic)
+            if partitions is None:
+                logger.warning("no partition metadata for topic %s", topic)
+                continue
+            owned.append((topic, sorted(partitions)))
+        return {
+            member.member_id: ConsumerProtocolAssignment(
+                self.version, owned if member.member_id == owner else [], b""
+            )
+            for member in members
+        }
+
+
+def _announced_generation(member: Any) -> int:
+    data = getattr(member.metadata, "user_data", b"") or b""
+    if len(data) != GENERATION_BYTES:
+        return NOT_OWNER
+    return int.from_bytes(data, "big", signed=True)
+
+
+def transaction_timeout_ms(checkpoint_every_seconds: float) -> int:
+    """The transaction timeout for a checkpoint interval: two intervals, within the broker's bounds.
+
+    >>> transaction_timeout_ms(5.0), transaction_timeout_ms(120.0), transaction_timeout_ms(600.0)
+    (60000, 240000, 900000)
+    """
+    wanted = int(checkpoint_every_seconds * 1000 * TIMEOUT_INTERVALS)
+    return min(BROKER_MAX_TRANSACTION_TIMEOUT_MS, max(DEFAULT_TRANSACTION_TIMEOUT_MS, wanted))
+
+
+# -- restoring -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A committed state the owner could resume from."""
+
+    origin: str
+    state: LoadedState
+    sequence: int | None = None
+    path: str | None = None
+
+
+def state_topic_candidate(
+    engine: Engine,
+    connection: Mapping[str, Any],
+    settings: TransactionSettings,
+    group: str,
+) -> Candidate | None:
+    """The newest state record of ``group``'s model that verifies and loads, if any.
+
+    A record that fails verification or that ``learning.load_state`` refuses is skipped with an
+    ERROR and the previous one is tried.
+
+    Raises
+    ------
+    IncompatibleCheckpointError
+        When the newest loadable record holds another model than the engine's.
+    StateTopicUnavailableError
+        When the state topic cannot be read.
+    """
+    records = read_state_records(
+        connection,
+        settings.state_topic,
+        settings.key(group),
+        timeout_s=settings.state_read_timeout_seconds,
+    )
+    for record in records:
+        try:
+            state = engine.load_payload(record.payload, STATE_TOPIC_REMEDY)
+        except IncompatibleCheckpointError as exc:
+            raise IncompatibleCheckpointError(
+                f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
+            ) from None
+        except (StateError, ValueError) as exc:
+            logger.error(
+                "state record %s@%d cannot be loaded (%s); the previous one is used",
+                settings.state_topic,
+                record.offset,
+                exc,
+            )
+            continue
+        return Candidate(
+            f"state record {settings.state_topic}@{record.offset}", state, record.sequence
+        )
+    return None
+
+
+def cache_candidate(engine: Engine, store: CheckpointStore) -> Candidate | None:
+    """The newest local checkpoint (the cache) that verifies and loads, if any."""
+    if not store.files():
+        return None
+    for loaded in store.load_valid():
+        try:
+            state = engine.load_payload(loaded.payload)
+        except (StateError, ValueError) as exc:
+            store.quarantine(loaded.path, f"cannot be loaded: {exc}")
+            continue
+        return Candidate(f"checkpoint {loaded.path.name}", state, loaded.sequence, str(loaded.path))
+    return None
+
+
+def restore_newest(engine: Engine, candidates: Sequence[Candidate | None]) -> RestoreReport | None:
+    """Install the candidate that has applied the most records; ties go to the earliest listed.
+
+    Every candidate is a committed state of the same history, so the one that has applied the
+    most is the newest. ``None`` (nothing installed) when there is no candidate.
+    """
+    present = [c for c in candidates if c is not None]
+    if not present:
+        return None
+    best = present[0]
+    for candidate in present[1:]:
+        if candidate.state.applied > best.state.applied:
+            best = candidate
+    return engine.install(best.state, best.origin, best.path, best.sequence)
+
+
+# -- the owner's producer --------------------------------------------------------------------------
+
+
+class TransactionError(RuntimeError):
+    """A transaction could not be committed; everything since the last commit is discarded."""
+
+
+ProducerBuilder = Callable[[Mapping[str, Any]], Any]
+
+
+def kafka_transactional_producer(config: Mapping[str, Any]) -> Any:
+    """A kafka-python producer with the given (transactional) configuration."""
+    return KafkaProducer(**config)
+
+
+class TransactionalProducer:
+    """The owner's transactional producer: dead letters and state records, one transaction.
+
+    It is the dead-letter writer's producer too (``send``/``flush``; ``close`` is left to
+    the runner, which owns it): the first send after a commit begins the next transaction.
+
+    Parameters
+    ----------
+    config
+        ``KafkaProducer`` keyword arguments (connection, ``transactional_id``, timeouts).
+    build
+        Makes the producer (kafka-python by default; tests may pass their own).
+    """
+
+    def __init__(
+        self, config: Mapping[str, Any], build: ProducerBuilder = kafka_transactional_producer
+    ) -> None:
+        self._config = dict(config)
+        self._build = build
+        self._producer: Any = None
+        self._open = False
+
+    @property
+    def transactional_id(self) -> str:
+        return str(self._config["transactional_id"])
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (something was sent since the last commit)."""
+        return self._open
+
+    def activate(self) -> None:
+        """A new producer, registered with ``init_transactions``: fences every predecessor.
+
+        The broker aborts any transaction a previous producer of this ``transactional_id`` left
+        open, so its records never become visible.
+        """
+        self.close()
+        producer = self._build(self._config)
+        try:
+            producer.init_transactions()
+        except BaseException:
+            producer.close(timeout=0)
+            raise
+        self._producer = producer
+        logger.info("transactional producer %s registered", self.transactional_id)
+
+    def begin(self) -> None:
+        """Begin a transaction unless one is open."""
+        if self._producer is None:
+            raise TransactionError("the transactional producer is not active")
+        if not self._open:
+            self._producer.begin_transaction()
+            self._open = True
+
+    # Producer protocol (consumers.dlq): dead letters join the open transaction.
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> ProducerFuture:
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or [])
+        if size > DEAD_LETTER_MAX_BYTES:
+            # Refused here, as a default producer refuses it, so the open transaction is not
+            # failed by the broker; the dead-letter writer then sends a truncated copy.
+            raise MessageSizeTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than the "
+                f"{DEAD_LETTER_MAX_BYTES} bytes a dead letter may have"
+            )
+        self.begin()
+        future: ProducerFuture = self._producer.send(topic, value=value, key=key, headers=headers)
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        if self._producer is not None:
+            self._producer.flush(timeout=timeout)
+
+    def commit(
+        self,
+        state_topic: str,
+        *,
+        key: bytes,
+        payload: bytes,
+        sequence: int,
+        offsets: Mapping[tuple[str, int], int],
+        group_metadata: Any,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        """Send the state record and the offsets, then commit the open transaction.
+
+        Raises
+        ------
+        TransactionError
+            When anything fails (fenced by a newer owner, broker away...): the transaction is
+            aborted when that is still possible, and the producer must be activated again.
+        """
+        try:
+            self.begin()
+            value = encode_state_record(payload, sequence)
+            for record_key, record in split_state_value(key, value, max_record_bytes):
+                self._producer.send(state_topic, value=record, key=record_key)
+            if offsets:
+                self._producer.send_offsets_to_transaction(
+                    {
+                        TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
+                        for (topic, partition), offset in offsets.items()
+                    },
+                    group_metadata,
+                )
+            self._producer.commit_transaction()
+        except Exception as exc:
+            self.abort()
+            raise TransactionError(f"transaction not committed: {exc!r}") from exc
+        self._open = False
+
+    def abort(self) -> None:
+        """Abort the open transaction if the producer still can, then drop the producer."""
+        producer, self._producer = self._producer, None
+        was_open, self._open = self._open, False
+        if producer is None:
+            return
+        if was_open:
+            try:
+                producer.abort_transaction()
+            except Exception as exc:
+                # A fenced producer cannot abort; its successor's init_transactions already did.
+                logger.warning("transaction not aborted by this producer: %r", exc)
+        try:
+            producer.close(timeout=0)
+        except Exception as exc:
+            logger.warning("transactional producer did not close cleanly: %r", exc)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the producer (an open transaction is aborted by the broker or a successor)."""
+        producer, self._producer = self._producer, None
+        self._open = False
+        if producer is not None:
+            try:
+                producer.close(timeout=timeout if timeout is not None else ABORT_TIMEOUT_S)
+            except Exception as exc:
+                logger.warning("transactional producer did not close cleanly: %r", exc)
+
+
+# -- the owner -------------------------------------------------------------------------------------
+
+
+class Owner:
+    """The transactional side of one runner: assignor, producer, restore, commit.
+
+    Parameters
+    ----------
+    engine, store
+        The engine and its local checkpoint cache.
+    settings
+        State topic and transaction naming.
+    group
+        The consumer group.
+    connection
+        Connection and security options shared by the producer and the state reader.
+    ensure_state_topic
+        Creates the state topic when it is missing (the service's topics helper).
+    build_producer
+        Makes the kafka-python producer (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        store: CheckpointStore,
+        settings: TransactionSettings,
+        group: str,
+        connection: Mapping[str, Any],
+        *,
+        ensure_state_topic: Callable[[], object] | None = None,
+        build_producer: ProducerBuilder = kafka_transactional_producer,
+    ) -> None:
+        self._engine = engine
+        self._store = store
+        self._settings = settings
+        self._group = group
+        self._connection = dict(connection)
+        self._ensure_state_topic = ensure_state_topic
+        self.assignor = SingleOwnerAssignor()
+        self.producer = TransactionalProducer(
+            {
+                **self._connection,
+                "acks": "all",
+                "max_request_size": STATE_RECORD_MAX_BYTES,
+                "transactional_id": settings.transactional_id(group),
+                "transaction_timeout_ms": settings.transaction_timeout_ms,
+            },
+            build_producer,
+        )
+        self._baseline = engine.checkpoint_bytes()[0]
+        self._sequence = 0
+        self.activation_needed = False
+        """The consumer was assigned partitions: fence, restore and seek before learning."""
+        self.dirty = False
+        """The engine holds work that was never committed: restore before serving it again."""
+
+    @property
+    def key(self) -> bytes:
+        """The state record key."""
+        return self._settings.key(self._group)
+
+    def warm_start(self) -> None:
+        """Take the state topic's newest state when it is newer than the one restored at start.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the state topic holds another model: this instance must not start.
+        consumers.state_topic.StateTopicUnavailableError
+            When the state topic cannot be read now (it is read again on assignment).
+        """
+        candidate = state_topic_candidate(
+            self._engine, self._connection, self._settings, self._group
+        )
+        if candidate is not None and candidate.state.applied > self._engine.applied:
+            self._engine.install(candidate.state, candidate.origin, sequence=candidate.sequence)
+
+    def activate(self) -> RestoreReport | None:
+        """Become the owner: register the producer (fencing predecessors), restore the newest.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the state topic holds another model.
+        Exception
+            Whatever reaching Kafka raised; the activation stays pending.
+        """
+        if self._ensure_state_topic is not None:
+            self._ensure_state_topic()
+        self.producer.activate()
+        return self.restore()
+
+    def restore(self) -> RestoreReport | None:
+        """Install the newest committed state, discarding uncommitted work (:func:`restore_newest`).
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the state topic holds another model.
+        consumers.state_topic.StateTopicUnavailableError
+            When the state topic cannot be read.
+        """
+        from_topic = state_topic_candidate(
+            self._engine, self._connection, self._settings, self._group
+        )
+        self._sequence = 0
+        if from_topic is not None and from_topic.sequence is not None:
+            self._sequence = from_topic.sequence
+        baseline = Candidate("the state this process started from", self._baseline_state())
+        report = restore_newest(
+            self._engine, [cache_candidate(self._engine, self._store), from_topic, baseline]
+        )
+        self.dirty = False
+        return report
+
+    def commit(
+        self,
+        prepared: tuple[bytes, Mapping[tuple[str, int], int]],
+        assigned: set[tuple[str, int]],
+        group_metadata: Any,
+    ) -> int:
+        """Commit the open transaction with the state record and the assigned partitions' offsets.
+
+        Returns the state record's sequence.
+
+        Raises
+        ------
+        TransactionError
+            When the commit failed; the engine is then :attr:`dirty`.
+        """
+        payload, offsets = prepared
+        sequence = self._sequence + 1
+        try:
+            self.producer.commit(
+                self._settings.state_topic,
+                key=self.key,
+                payload=payload,
+                sequence=sequence,
+                offsets={k: offset for k, offset in offsets.items() if k in assigned},
+                group_metadata=group_metadata,
+                max_record_bytes=self._settings.max_record_bytes,
+            )
+        except TransactionError:
+            self.dirty = True
+            raise
+        self._sequence = sequence
+        return sequence
+
+    def discard(self) -> None:
+        """Abort the open transaction: everything applied since the last commit is void."""
+        self.producer.abort()
+        self.dirty = True
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close the producer."""
+        self.producer.close(timeout)
+
+    def _baseline_state(self) -> LoadedState:
+        return self._engine.load_payload(self._baseline)

@@ -1,0 +1,285 @@
+"""Failover and fencing: two ``novikoff serve`` learners in one group (Apache Kafka).
+
+The first instance owns every partition, the second stands by. Then:
+
+* **SIGKILLs of the owner mid-stream** (3 kills, 1 partition and 3 partitions): each time the
+  standby takes over (after the group's session timeout) from the last committed state and the
+  killed instance comes back as the new standby. Every produced record is learned or
+  dead-lettered exactly once (dead letters read ``read_committed``); with 1 partition the model
+  is bit-identical to the offline learner. The time from each kill to learning again is recorded
+  in ``test-artifacts/reliability.jsonl``. Control: with ``transactions = false`` the standby
+  relearns from scratch and repeats dead letters, which the same ledger check catches.
+* **A paused owner (SIGSTOP) that lost its partition and resumes** must not write: it is caught
+  with work it never committed, the standby takes over, and when the paused one resumes its
+  producer is fenced: nothing of its uncommitted work is visible ``read_committed`` (ledger exact,
+  model bit-identical), and no transaction of the new owner ever fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumers.state_topic import decode_state_record, state_key
+from learning import load_state
+from service.settings import load_settings
+from service.topics import ensure_topics
+from tests.support.faults import ConfiguredStream, FaultyService, offline_expectation, served_model
+from tests.support.ledger import (
+    EventPlan,
+    Ledger,
+    PacedPublisher,
+    read_dead_letters,
+    record_figures,
+)
+from tests.support.poison import poison_catalogue
+from tests.support.running_service import TEST_GROUP_TIMING
+from tests.support.state_records import read_raw_state_records
+
+pytestmark = pytest.mark.integration
+
+COMMITTED = "read_committed"
+
+EVENTS = 20_000
+POISON_EVERY = 100
+RATE = 4_000.0
+"""Records published per second: the stream lasts ~5 s, longer than the takeover."""
+CHECKPOINT_TOML = "[checkpoint]\nevery_events = 1000\nevery_seconds = 1.0\n"
+KILL_AT = 0.3
+"""The owner is paused once it has handled this share of the stream."""
+LOOKAHEAD = 2_000
+"""The publisher runs at most this far past the next kill point, so every kill is mid-stream."""
+DRAIN_TIMEOUT_S = 180.0
+TAKEOVER_TIMEOUT_S = 90.0
+POLL_S = 0.02
+ASSIGNED_LOG = "assigned ["
+ZOMBIE_LOGS = ("not committed", "dead-letter write failed", "lost; checkpointing")
+"""What a resumed zombie logs when it finds it was replaced: a failed commit, a failed
+dead-letter write (its producer is fenced), or the partitions lost."""
+VOIDED_LOGS = ("not committed", "dead-letter write failed")
+CHEAP_POISON = tuple(k for k in poison_catalogue() if k.value is None or len(k.value) < 1000)
+
+
+def handled(stats: dict[str, Any]) -> int:
+    return int(stats["seen"]) + int(sum(stats["invalid"].values()))
+
+
+def wait_log(service: FaultyService, text: str, timeout_s: float = TAKEOVER_TIMEOUT_S) -> None:
+    """Wait until the current incarnation's log shows ``text``."""
+    deadline = time.monotonic() + timeout_s
+    while text not in service.log_text:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{text!r} not logged after {timeout_s}s; see {service.logs[-1]}")
+        time.sleep(POLL_S)
+
+
+def wait_any_log(
+    service: FaultyService,
+    texts: tuple[str, ...],
+    after: int,
+    timeout_s: float = TAKEOVER_TIMEOUT_S,
+) -> str:
+    """Wait until the log, past its first ``after`` characters, shows one of ``texts``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tail = service.log_text[after:]
+        found = [text for text in texts if text in tail]
+        if found:
+            return found[0]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"none of {texts} logged after {timeout_s}s; see {service.logs[-1]}")
+        time.sleep(POLL_S)
+
+
+def _instances(
+    tmp_path: Path, bootstrap: str, topic: str, stream: ConfiguredStream, env: dict[str, str]
+) -> tuple[FaultyService, FaultyService]:
+    group = f"{topic}-group"
+    made = []
+    for name in ("owner", "standby"):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        service = FaultyService(
+            workdir=workdir,
+            bootstrap=bootstrap,
+            topic=topic,
+            stream=stream,
+            log_path=workdir / "serve.log",
+            group_id=group,
+        )
+        service.extra_env.update(env)
+        made.append(service)
+    return made[0], made[1]
+
+
+def _publisher(
+    bootstrap: str, topic: str, stream: ConfiguredStream, partitions: int = 1
+) -> PacedPublisher:
+    plan = EventPlan(stream.synthetic(), partitions=partitions)
+    poison = [CHEAP_POISON[i % len(CHEAP_POISON)] for i in range(EVENTS // POISON_EVERY)]
+    planned = plan.mixed(EVENTS - len(poison), poison, seed=5)
+    return PacedPublisher(bootstrap, topic, planned, RATE)
+
+
+def _drained(stats: dict[str, Any]) -> dict[str, Any] | None:
+    return stats if handled(stats) >= EVENTS and stats["lag"] == 0 else None
+
+
+def _committed_seen(bootstrap: str, topic: str, group: str) -> int:
+    values = read_raw_state_records(
+        bootstrap, f"{topic}.state", state_key(group, topic), "read_committed"
+    )
+    if not values:
+        return 0
+    learner, _, _ = load_state(decode_state_record(values[-1]))
+    return learner.n_seen
+
+
+@pytest.mark.parametrize(
+    ("partitions", "kills", "transactions"),
+    [(1, 3, True), (3, 3, True), (1, 1, False)],
+    ids=["1-partition", "3-partitions", "control-off"],
+)
+def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
+    partitions: int,
+    kills: int,
+    transactions: bool,
+    kafka_bootstrap: str,
+    topic_name: str,
+    tmp_path: Path,
+    artifacts_dir: Path,
+) -> None:
+    stream = ConfiguredStream(dim=4, seed=13, extra_toml=CHECKPOINT_TOML)
+    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+    ensure_topics(settings.kafka, [topic_name], partitions=partitions)
+    ensure_topics(settings.kafka, [f"{topic_name}.dlq"])
+    env = {} if transactions else {"NOVIKOFF_KAFKA__TRANSACTIONS": "false"}
+    owner, standby = _instances(tmp_path, kafka_bootstrap, topic_name, stream, env)
+    publisher = _publisher(kafka_bootstrap, topic_name, stream, partitions)
+    takeovers: list[dict[str, float]] = []
+    try:
+        owner.start()
+        wait_log(owner, ASSIGNED_LOG)
+        standby.start()
+        publisher.start()
+        for number in range(1, kills + 1):
+            point = int(EVENTS * number / (kills + 1))
+            publisher.allow(point + LOOKAHEAD)
+            owner.wait_for(f"past kill point {number}", lambda s, p=point: handled(s) >= p, 60.0)
+            standing = handled(standby.stats())
+            owned = owner.stats()
+            at_kill = handled(owned)
+            if transactions:
+                # /stats lists only the partitions an instance owns.
+                assert len(owned["partitions"]) == partitions, owned["partitions"]
+                assert standby.stats()["partitions"] == []
+            owner.kill()
+            killed_at = time.monotonic()
+            standby.wait_for(
+                "taking over", lambda s, h=standing: handled(s) != h, TAKEOVER_TIMEOUT_S, POLL_S
+            )
+            changed_s = time.monotonic() - killed_at
+            standby.wait_for(
+                "caught up", lambda s, h=at_kill: handled(s) >= h, TAKEOVER_TIMEOUT_S, POLL_S
+            )
+            takeovers.append(
+                {
+                    "handled_at_kill": at_kill,
+                    "kill_to_standby_state_change_s": round(changed_s, 2),
+                    "kill_to_caught_up_s": round(time.monotonic() - killed_at, 2),
+                }
+            )
+            if number < kills:
+                owner.start()  # the killed machine comes back, as the new standby
+                wait_log(owner, "consumer connected")
+                owner, standby = standby, owner
+        ledger = Ledger(topic_name, publisher.join())
+        stats = standby.wait_for("drained", _drained, DRAIN_TIMEOUT_S)
+        letters = read_dead_letters(
+            kafka_bootstrap, f"{topic_name}.dlq", len(ledger.poison), isolation_level=COMMITTED
+        )
+        report = ledger.check(stats, letters)
+        assert report.missing == [], report.summary()
+        if partitions == 1:
+            X, y = ledger.valid_arrays(0)
+            assert served_model(standby) == offline_expectation(stream, X, y)
+        if transactions:
+            assert report.problems == [], report.problems
+            assert report.duplicate_dead_letters == 0, report.summary()
+            assert "restored state record" in standby.log_text, standby.log_text
+            record_figures(
+                artifacts_dir,
+                "failover",
+                partitions=partitions,
+                produced=report.produced,
+                learned=report.learned,
+                dead_lettered=report.dead_lettered,
+                repeated_dead_letters=report.duplicate_dead_letters,
+                takeovers=takeovers,
+                session_timeout_ms=TEST_GROUP_TIMING["session_timeout_ms"],
+            )
+        else:
+            assert report.duplicate_dead_letters > 0, report.summary()
+    finally:
+        publisher.cancel()
+        owner.stop()
+        standby.stop()
+
+
+def test_a_paused_owner_that_lost_its_partition_is_fenced(
+    kafka_bootstrap: str, topic_name: str, tmp_path: Path
+) -> None:
+    stream = ConfiguredStream(dim=4, seed=17, extra_toml=CHECKPOINT_TOML)
+    settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
+    ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"])
+    group = f"{topic_name}-group"
+    owner, standby = _instances(tmp_path, kafka_bootstrap, topic_name, stream, {})
+    publisher = _publisher(kafka_bootstrap, topic_name, stream)
+    try:
+        owner.start()
+        wait_log(owner, ASSIGNED_LOG)
+        standby.start()
+        publisher.start()
+        publisher.allow(EVENTS)
+        owner.wait_for("past the pause point", lambda s: handled(s) >= KILL_AT * EVENTS, 60.0)
+        # Pause the owner at a moment it holds work it has not committed (control: there is
+        # something a zombie could write).
+        while True:
+            learned = int(owner.stats()["seen"])
+            os.kill(owner.pid, signal.SIGSTOP)
+            committed = _committed_seen(kafka_bootstrap, topic_name, group)
+            if committed < learned:
+                break
+            os.kill(owner.pid, signal.SIGCONT)
+            time.sleep(POLL_S)
+        standing = handled(standby.stats())
+        standby.wait_for(
+            "taking over", lambda s: handled(s) > max(standing, learned), TAKEOVER_TIMEOUT_S
+        )
+        os.kill(owner.pid, signal.SIGCONT)
+        resumed_at = len(owner.log_text)
+        wait_any_log(owner, ZOMBIE_LOGS, after=resumed_at)
+        ledger = Ledger(topic_name, publisher.join())
+        stats = standby.wait_for("drained", _drained, DRAIN_TIMEOUT_S)
+        letters = read_dead_letters(
+            kafka_bootstrap, f"{topic_name}.dlq", len(ledger.poison), isolation_level=COMMITTED
+        )
+        report = ledger.check(stats, letters)
+        assert report.missing == [], report.summary()
+        assert report.problems == [], report.problems
+        assert report.duplicate_dead_letters == 0, report.summary()
+        X, y = ledger.valid_arrays(0)
+        assert served_model(standby) == offline_expectation(stream, X, y)
+        assert _committed_seen(kafka_bootstrap, topic_name, group) == stats["seen"]
+        # The zombie never fenced its successor: every transaction of the standby committed.
+        for text in VOIDED_LOGS:
+            assert text not in standby.all_logs, text
+    finally:
+        publisher.cancel()
+        owner.stop()
+        standby.stop()
