@@ -15,15 +15,19 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
 from consumers.faults import FAULT_KINDS, ConsumerFault
+from learning import Predictor
 
 logger = logging.getLogger(__name__)
 
 PREDICTORS = ("last", "averaged", "voted")
+SCRAPED_NORMS = ("last", "averaged")
+"""The predictors whose weight norm follows the engine's snapshot (computed when scraped)."""
 
 BATCH_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 CHECKPOINT_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -145,6 +149,7 @@ class Metrics:
             "Euclidean norm of the weights of each predictor (multiclass: of the whole matrix).",
             ["predictor"],
         )
+        self._weight_norms = _ScrapedWeightNorms(self._weight_norm)
         self._lag = gauge(
             "novikoff_consumer_lag",
             "Records in a partition not yet applied: highwater minus next offset.",
@@ -215,13 +220,7 @@ class Metrics:
         """A batch was applied: bring everything to its snapshot and time it."""
         snapshot = report.snapshot
         self.record_stats(snapshot.stats)
-        predictor = snapshot.predictor
-        self.record_weight_norms(
-            {
-                "last": float(np.linalg.norm(predictor.weights)),
-                "averaged": float(np.linalg.norm(predictor.averaged_weights)),
-            }
-        )
+        self._weight_norms.follow(snapshot.predictor)
         self.observe_batch(report.seconds, report.records)
 
     def on_rejected(self, reason: str, count: int) -> None:
@@ -335,6 +334,49 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class _ScrapedWeightNorms:
+    """The ``last`` and ``averaged`` weight norms of the newest snapshot, computed when scraped.
+
+    The consumer thread only swaps in the new (immutable) predictor after each batch; the
+    O(dimension) norms (2^18 + 1 weights for a hashing model) are computed by whoever collects
+    the registry, once per model version.
+    """
+
+    def __init__(self, gauge: Gauge) -> None:
+        self._gauge = gauge
+        self._predictor: Predictor | None = None
+        self._norms: tuple[int, dict[str, float]] | None = None
+
+    def follow(self, predictor: Predictor) -> None:
+        """Report the norms of ``predictor`` from now on (one reference assignment)."""
+        if self._predictor is None:
+            for name in SCRAPED_NORMS:
+                self._gauge.labels(predictor=name).set_function(partial(self._norm, name))
+        self._predictor = predictor
+
+    def _norm(self, name: str) -> float:
+        predictor = self._predictor
+        if predictor is None:
+            return math.nan
+        cached = self._norms
+        if cached is None or cached[0] != id(predictor):
+            cached = (
+                id(predictor),
+                {
+                    "last": _euclidean_norm(predictor.weights),
+                    "averaged": _euclidean_norm(predictor.averaged_weights),
+                },
+            )
+            self._norms = cached
+        return cached[1][name]
+
+
+def _euclidean_norm(weights: NDArray[np.float64]) -> float:
+    """‖weights‖ (Frobenius for a matrix) without BLAS, whose threads cost more than the sum."""
+    flat = np.ravel(weights)
+    return math.sqrt(float(np.einsum("i,i->", flat, flat)))
 
 
 def _is_number(value: object) -> bool:
