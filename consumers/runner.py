@@ -59,7 +59,6 @@ from consumers.faults import (
     classify,
     unknown_topic,
 )
-from consumers.prefetch import PrefetchingConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +139,6 @@ class RunnerSettings:
     missing_topic_grace_seconds
         How long the subscribed topic may be absent from the cluster's metadata before that is
         reported as an ``unknown_topic`` fault (until then the consumer is only "waiting").
-    prefetch
-        Run the next poll while a batch is processed (:mod:`consumers.prefetch`).
     """
 
     topic: str
@@ -156,7 +153,6 @@ class RunnerSettings:
     backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
     dlq_timeout_seconds: float = DEFAULT_DLQ_TIMEOUT_SECONDS
     missing_topic_grace_seconds: float = DEFAULT_MISSING_TOPIC_GRACE_SECONDS
-    prefetch: bool = True
 
     def __post_init__(self) -> None:
         missing = [k for k in ("bootstrap_servers", "group_id") if not self.consumer_config.get(k)]
@@ -630,8 +626,6 @@ class ConsumerRunner:
     def _open(self) -> bool:
         try:
             consumer = self._consumer_factory(self._settings)
-            if self._settings.prefetch:
-                consumer = PrefetchingConsumer(consumer)
             # The topic's metadata before the first join: a group leader that has none assigns
             # the topic no partitions, and kafka-python may not refresh it for minutes.
             consumer.partitions_for_topic(self._settings.topic)
