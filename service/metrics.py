@@ -273,7 +273,11 @@ class Metrics:
             self._ready.set(1.0 if stats["ready"] else 0.0)
 
     def record_weight_norms(self, norms: Mapping[str, float]) -> None:
-        """Set the weight norm of each predictor (``last``, ``averaged``, ``voted``)."""
+        """Set the weight norm of each predictor (``last``, ``averaged``, ``voted``).
+
+        Once the engine reported a batch (:meth:`on_batch`), ``last`` and ``averaged`` follow its
+        snapshot and are computed when scraped; values set here for them are then ignored.
+        """
         for predictor, norm in norms.items():
             _set(self._weight_norm.labels(predictor=predictor), norm)
 
