@@ -9,7 +9,9 @@ Ordering of effects, which is what makes every event count exactly once:
 1. dead-letter records are acknowledged *before* their source offsets are applied; a failed
    dead-letter write cuts the batch at the first unwritten record and seeks back there;
 2. the model, counters and offsets are saved together, atomically (:mod:`consumers.checkpoint`);
-3. group offsets are committed only *after* the checkpoint is durable, and only for monitoring:
+3. group offsets are committed only *after* the checkpoint is durable, and only for monitoring
+   (asynchronously after periodic checkpoints, so the loop never waits for the coordinator;
+   the final commit at shutdown waits):
    on every assignment the consumer seeks to the checkpointed offsets (or, for a partition no
    checkpoint knows, to ``auto_offset_reset``), never to the committed ones.
 
@@ -540,7 +542,7 @@ class ConsumerRunner:
             self._engine.apply(batch)
             self._applied_since_checkpoint += len(chunk)
             if self._due_by_events():
-                self._checkpoint("every_events")
+                self._checkpoint("every_events", blocking_commit=False)
 
     def _dead_letter(self, batch: DecodedBatch) -> dict[PartitionKey, int]:
         """Write the batch's rejections; the first unwritten offset per partition on failure."""
@@ -574,7 +576,7 @@ class ConsumerRunner:
             self._due_by_events()
             or time.monotonic() - self._last_checkpoint >= self._settings.checkpoint_every_seconds
         ):
-            self._checkpoint("interval")
+            self._checkpoint("interval", blocking_commit=False)
 
     def _checkpoint(self, why: str, *, commit: bool = True, blocking_commit: bool = True) -> bool:
         """Save a checkpoint, then commit its offsets for monitoring; whether the save worked."""
@@ -725,7 +727,7 @@ class ConsumerRunner:
             if blocking:
                 consumer.commit(to_commit, timeout_ms=self._commit_timeout_ms())
             else:
-                consumer.commit_async(to_commit)
+                consumer.commit_async(to_commit, callback=_log_failed_commit)
         except Exception as exc:
             # Committed offsets only serve monitoring: the checkpoint is the source of truth.
             logger.warning("offset commit failed (monitoring only): %r", exc)
@@ -955,6 +957,12 @@ class ConsumerRunner:
             consumer.close(autocommit=False, timeout_ms=timeout_ms)
         except Exception as exc:
             logger.warning("consumer did not close cleanly: %r", exc)
+
+
+def _log_failed_commit(offsets: Any, response: Any) -> None:
+    """The callback of an asynchronous commit: a failure is logged (monitoring only)."""
+    if isinstance(response, BaseException):
+        logger.warning("offset commit failed (monitoring only): %r", response)
 
 
 def _log_dead_letter(rejection: Rejection) -> None:

@@ -126,7 +126,8 @@ class FakeConsumer:
         self.commits.append({(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()})
 
     def commit_async(self, offsets: Any = None, callback: Any = None) -> None:
-        self.commit(offsets)
+        self.events.append("commit_async")
+        self.commits.append({(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()})
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         if self.assigned and self.listener is not None:

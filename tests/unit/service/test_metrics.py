@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.checkpoint import CheckpointStore
+from consumers.events import Record
 from consumers.faults import FAULT_KINDS, ConsumerFault, FaultKind, unknown_topic
 from service.metrics import Metrics
 from service.settings import load_settings
@@ -203,6 +204,24 @@ def test_the_engine_observer_mirrors_the_snapshot(tmp_path: Path) -> None:
     assert value("novikoff_weight_norm", {"predictor": "last"}) == 2.25
     assert value("novikoff_batch_processing_seconds_count") == 1
     assert value("novikoff_batch_events_total") == 4
+
+
+def test_the_weight_norms_follow_the_newest_snapshot(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    engine = trained_engine(load_settings(model={"dim": 1}), PLA_EVENTS, tmp_path, metrics)
+    value = registry.get_sample_value
+    # After the PLA events: w = (0, -2.25); w-bar = mean of (-1, -2) and (0, -2.25).
+    assert value("novikoff_weight_norm", {"predictor": "last"}) == 2.25
+    averaged = engine.snapshot.predictor.averaged_weights
+    assert averaged.tolist() == [-0.5, -2.125]
+    assert value("novikoff_weight_norm", {"predictor": "averaged"}) == math.hypot(-0.5, -2.125)
+    # A third event, a mistake (w . x = -2.25 * 4 < 0 for label 1): w becomes (1, 1.75).
+    engine.apply(
+        engine.decoder.decode_batch([Record("events", 0, 2, b'{"features": [4], "label": 1}')])
+    )
+    assert engine.snapshot.predictor.weights.tolist() == [1.0, 1.75]
+    assert value("novikoff_weight_norm", {"predictor": "last"}) == math.hypot(1.0, 1.75)
 
 
 def test_checkpoints_are_counted(tmp_path: Path) -> None:
