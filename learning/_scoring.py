@@ -24,6 +24,7 @@ from learning._kernels import (
     TRACK_SEEN,
     UNROLL,
     VOTE_TOTAL,
+    VOTED,
     Floats,
     Ints,
     _jit,
@@ -35,6 +36,17 @@ from learning._kernels import (
 )
 from learning._learn import class_scores, longest_row
 from learning._voters import vote_binary, vote_binary_columns, vote_multiclass
+
+
+@_jit
+def point_prediction(which: int, score: float, total: float, seen: int) -> tuple[float, float]:
+    """(±1, score) of ``last`` or ``averaged`` from w·x̃ and (Σ post-event w)·x̃ (see row_scores).
+
+    last → w·x̃; averaged → w̄·x̃ (0 before any event). sign(0) = +1, as when learning.
+    """
+    if which == LAST:
+        return sign(score), score
+    return sign(total), total / seen if seen > 0 else 0.0
 
 
 @_jit
@@ -77,12 +89,8 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
         score, total = row_scores(w, a, seen, cols, vals, dense)
-        if which == LAST:
-            out_codes[i] = sign(score)
-            out_scores[i] = score
-        elif which == AVERAGED:
-            out_codes[i] = sign(total)
-            out_scores[i] = total / seen if seen > 0 else 0.0
+        if which != VOTED:
+            out_codes[i], out_scores[i] = point_prediction(which, score, total, seen)
         else:
             if by_columns:
                 acc = vote_binary_columns(

@@ -336,6 +336,23 @@ class ObjectEncoder(EncoderBase):
         columns, values = self._entries(self._mapping(features), grow)
         return self._sparse_row(columns, values)
 
+    def encode_sparse_into(
+        self,
+        features: Any,
+        columns: NDArray[np.int64],
+        values: NDArray[np.float64],
+        *,
+        grow: bool = False,
+    ) -> int:
+        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (each holds at
+        least ``max_features_per_event + 1`` entries); returns the row's length. The learners'
+        single-event path: it hands no arrays back (boxing them costs more than the row)."""
+        indices, data = self.encode_sparse(features, grow=grow)
+        n = int(indices.shape[0])
+        columns[:n] = indices
+        values[:n] = data
+        return n
+
     def _sparse_row(self, columns: list[int], values: list[float]) -> SparseRow:
         """Validated entries (distinct columns, bias left out) as a sorted sparse row."""
         if self.bias:

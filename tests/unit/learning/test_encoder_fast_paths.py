@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import mmh3
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from learning import FeatureError, HashingEncoder, VocabularyEncoder
 from learning.encoders import MAX_ABS_FEATURE, SparseRow
+from learning.encoders._murmur import murmur3_32
 
 WORDS = [f"word{i}" for i in range(200)]
 VALUES = st.one_of(
@@ -45,15 +49,68 @@ def test_murmur3_fast_path_equals_the_precise_path(
     assert fast == precise
 
 
-def test_murmur3_fast_path_is_taken_only_without_shared_columns() -> None:
+def row_buffers(size: int = 64) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    return np.empty(size, dtype=np.int64), np.empty(size)
+
+
+def test_murmur3_fast_path_sums_shared_columns_and_leaves_refusals_to_the_precise_path() -> None:
     wide, narrow = HashingEncoder(18), HashingEncoder(1)
     row = {"alpha": 1.0, "beta": -0.0, "gamma": 3}
-    assert wide._murmur_row(row) is not None  # control: the fast path does run
-    assert narrow._murmur_row(row) is None  # three names in two buckets share one
-    assert wide._murmur_row({"alpha": True}) is None  # a refusal is left to the precise path
+    columns, values = row_buffers()
+    assert wide._murmur_row(row, columns, values) == 4  # control: the fast path runs
+    assert narrow._murmur_row(row, columns, values) == 3  # three names in two buckets, summed
     assert outcome(lambda: narrow.encode_sparse(row)) == outcome(
         lambda: narrow._sparse_row(*narrow._entries(row, False))
     )
+    assert wide._murmur_row({"alpha": True}, columns, values) == -1
+    assert wide._murmur_row({"alpha": 2e100}, columns, values) == -1
+    assert wide._murmur_row({"a\x00b": 1.0, "c": 2.0}, columns, values) == -1  # ambiguous split
+    assert wide._murmur_row({"a": 1.0, "b\x00": 2.0}, columns, values) == -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(max_size=12))
+def test_compiled_murmur3_equals_mmh3(name: str) -> None:
+    data = name.encode("utf-8", "surrogatepass")
+    assert murmur3_32(data, 0, len(data)) == mmh3.hash(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    row=st.dictionaries(st.text(max_size=6), ANY_VALUE, min_size=1, max_size=30),
+    n_bits=st.sampled_from([1, 3, 18]),
+    bias=st.booleans(),
+)
+def test_murmur3_rows_of_any_names_equal_the_precise_path(
+    row: dict[str, Any], n_bits: int, bias: bool
+) -> None:
+    encoder = HashingEncoder(n_bits, bias=bias)
+    fast = outcome(lambda: encoder.encode_sparse(row))
+    assert fast == outcome(lambda: encoder._sparse_row(*encoder._entries(row, False)))
+    columns, values = LAST_BUFFERS
+    into = outcome(lambda: buffered(encoder.encode_sparse_into(row, columns, values)))
+    assert into == fast
+
+
+def test_rows_written_into_buffers_are_the_rows_returned() -> None:
+    columns, values = row_buffers()
+    columns[:] = -7
+    for encoder in (HashingEncoder(4), HashingEncoder(4, hash="blake2b"), VocabularyEncoder()):
+        row = {"alpha": 2.0, "beta": -1.5}
+        n = encoder.encode_sparse_into(row, columns, values, grow=True)
+        indices, data = encoder.encode_sparse(row)
+        assert n == indices.shape[0] == 3
+        assert columns[:n].tolist() == indices.tolist()
+        assert values[:n].tobytes() == data.tobytes()
+        assert columns[n] == -7  # control: nothing written past the row
+
+
+LAST_BUFFERS = row_buffers()
+
+
+def buffered(n: int) -> SparseRow:
+    columns, values = LAST_BUFFERS
+    return columns[:n].copy(), values[:n].copy()
 
 
 @settings(max_examples=200, deadline=None)
