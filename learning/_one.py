@@ -6,6 +6,10 @@ encoding the event, then one kernel. Both are kept lean:
 * an object-valued encoder writes the row into buffers this learner reuses
   (``encode_sparse_into``: no arrays are built and handed back), and a dense one returns its
   vector, whose columns 0 .. n-1 are a cached range;
+* the hashing encoder keys each row by the event's content (names and values as bytes): when
+  ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers is
+  reused instead of hashed again (the key compares the content, not the dict's identity, so a
+  dict changed in between is encoded afresh);
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels and run the same per-event code, so the results are
   bit-identical to ``learn_batch`` on the same rows. Multiclass learners and the voted
@@ -27,6 +31,7 @@ from numpy.typing import NDArray
 from learning import _kernels as k
 from learning import _single
 from learning._rows import Rows, prediction_rows
+from learning.encoders import RowKey
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
 
@@ -55,6 +60,8 @@ class SingleEvent:
     values: NDArray[np.float64]
     dense_columns: NDArray[np.int64]
     """0 .. n-1: the columns of a dense row of n values (grown on demand)."""
+    key: RowKey | None = None
+    """The encoder's key of the row in ``columns`` / ``values`` (None: no reuse)."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -97,7 +104,11 @@ def sparse_row(
     encoder: Any = learner.encoder
     single = single_event(learner)
     if single.columns.shape[0] > 0:
-        n = encoder.encode_sparse_into(x, single.columns, single.values, grow=grow)
+        previous = single.key
+        single.key = None  # the buffers are being written: nothing to reuse if that fails
+        n, single.key = encoder.encode_sparse_into(
+            x, single.columns, single.values, grow=grow, previous=previous
+        )
         return single.columns, single.values, n
     indices, values = encoder.encode_sparse(x, grow=grow)
     return indices, values, int(values.shape[0])

@@ -104,8 +104,9 @@ def log_needs_room(  # noqa: PLR0917 - numba kernels take positional arrays
     can still grow toward the bounds: see LinearState.ensure_log_capacity)."""
     voter_room = log_counts.shape[0]
     entry_room = log_cols.shape[0]
-    return (voter_room < max_voters and counters[N_VOTERS] >= voter_room) or (
-        entry_room < max_entries and counters[POOL_USED] + entries > entry_room
+    return bool(
+        (voter_room < max_voters and counters[N_VOTERS] >= voter_room)
+        or (entry_room < max_entries and counters[POOL_USED] + entries > entry_room)
     )
 
 

@@ -44,6 +44,7 @@ from learning.encoders._common import (
     PLAIN_NUMBER_TYPES,
     FeatureName,
     ObjectEncoder,
+    RowKey,
     SparseRow,
     assemble,
     bad_name,
@@ -209,11 +210,12 @@ class HashingEncoder(ObjectEncoder):
 
     def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
         mapping = self._mapping(features)
-        if self.hash == "murmur3":
+        content = self._murmur_content(mapping)
+        if content is not None:
             size = len(mapping) + self.offset
             columns = np.empty(size, dtype=np.int64)
             values = np.empty(size)
-            n = self._murmur_row(mapping, columns, values)
+            n = self._hashed_row(content, len(mapping), columns, values)
             if n >= 0:
                 return columns[:n], values[:n]
         return self._sparse_row(*self._entries(mapping, grow))
@@ -225,34 +227,50 @@ class HashingEncoder(ObjectEncoder):
         values: NDArray[np.float64],
         *,
         grow: bool = False,
-    ) -> int:
-        if self.hash == "murmur3":
-            mapping = self._mapping(features)
-            n = self._murmur_row(mapping, columns, values)
+        previous: RowKey | None = None,
+    ) -> tuple[int, RowKey | None]:
+        mapping = self._mapping(features)
+        content = self._murmur_content(mapping)
+        if content is not None:
+            if previous is not None and previous[0] == content[0] and previous[1] == content[1]:
+                return previous[2], previous
+            n = self._hashed_row(content, len(mapping), columns, values)
             if n >= 0:
-                return n
+                return n, (*content, n)
         return super().encode_sparse_into(features, columns, values, grow=grow)
 
-    def _murmur_row(
-        self, mapping: Mapping[Any, Any], columns: NDArray[np.int64], values: NDArray[np.float64]
-    ) -> int:
-        """One event's sparse row written to ``columns`` / ``values`` by one compiled call
-        (:mod:`._murmur`) when every name is a valid str and every value a plain number; its
-        length, or -1 otherwise (the precise path, which names any error). Same row as the
-        precise path, bit for bit.
+    def _murmur_content(self, mapping: Mapping[Any, Any]) -> tuple[bytes, bytes] | None:
+        """(names, values) of a murmur3 event as the compiled builder takes them, or ``None``
+        when a name is not a valid str or a value not a plain number (the precise path, which
+        names any error).
 
-        The names go over as one UTF-8 string (the join also checks that each is a str and valid
-        Unicode: a lone surrogate has no UTF-8 bytes to hash) and the values packed as float64.
+        The names are joined into one UTF-8 string (the join also checks that each is a str and
+        valid Unicode: a lone surrogate has no UTF-8 bytes to hash), the values packed as float64.
+        Equal content means the same row: the bytes are the names and the values bit for bit.
         """
-        count = len(mapping)
+        if self.hash != "murmur3":
+            return None
         raw = mapping.values()
         if not set(map(type, raw)) <= PLAIN_NUMBER_TYPES:
-            return -1
+            return None
         try:
             names = NAME_SEPARATOR.join(mapping).encode("utf-8")
-            packed = struct.pack(f"{count}{PACKED_FLOAT}", *raw)
+            packed = struct.pack(f"{len(mapping)}{PACKED_FLOAT}", *raw)
         except (TypeError, UnicodeEncodeError, struct.error):  # struct.error: an int beyond floats
-            return -1
+            return None
+        return names, packed
+
+    def _hashed_row(
+        self,
+        content: tuple[bytes, bytes],
+        count: int,
+        columns: NDArray[np.int64],
+        values: NDArray[np.float64],
+    ) -> int:
+        """The row of ``content`` written to ``columns`` / ``values`` by one compiled call
+        (:mod:`._murmur`), bit for bit the precise path's; its length, or -1 when the compiled
+        path cannot vouch for it (the precise path then decides)."""
+        names, packed = content
         return int(
             hashed_row(
                 names, packed, count, 1 << self.n_bits, 1 if self.bias else 0, MAX_ABS_FEATURE,

@@ -57,15 +57,35 @@ def test_murmur3_fast_path_sums_shared_columns_and_leaves_refusals_to_the_precis
     wide, narrow = HashingEncoder(18), HashingEncoder(1)
     row = {"alpha": 1.0, "beta": -0.0, "gamma": 3}
     columns, values = row_buffers()
-    assert wide._murmur_row(row, columns, values) == 4  # control: the fast path runs
-    assert narrow._murmur_row(row, columns, values) == 3  # three names in two buckets, summed
+    assert wide.encode_sparse_into(row, columns, values)[1] is not None  # control: it runs
+    n, key = narrow.encode_sparse_into(row, columns, values)
+    assert key is not None and n == 3  # three names in two buckets, summed by the fast path
     assert outcome(lambda: narrow.encode_sparse(row)) == outcome(
         lambda: narrow._sparse_row(*narrow._entries(row, False))
     )
-    assert wide._murmur_row({"alpha": True}, columns, values) == -1
-    assert wide._murmur_row({"alpha": 2e100}, columns, values) == -1
-    assert wide._murmur_row({"a\x00b": 1.0, "c": 2.0}, columns, values) == -1  # ambiguous split
-    assert wide._murmur_row({"a": 1.0, "b\x00": 2.0}, columns, values) == -1
+    assert wide._murmur_content({"alpha": True}) is None
+    for refused in ({"alpha": 2e100}, {"a\x00b": 1.0, "c": 2.0}, {"a": 1.0, "b\x00": 2.0}):
+        content = wide._murmur_content(refused)
+        assert content is not None
+        assert wide._hashed_row(content, len(refused), columns, values) == -1
+    assert wide.encode_sparse_into({"a\x00b": 1.0, "c": 2.0}, columns, values)[1] is None
+
+
+def test_a_row_is_reused_only_for_the_same_content() -> None:
+    encoder = HashingEncoder(18)
+    columns, values = row_buffers()
+    row = {"alpha": 1.0, "beta": 2.0}
+    n, key = encoder.encode_sparse_into(row, columns, values)
+    assert key is not None
+    columns[:n] = -1  # a row written again would overwrite these
+    assert encoder.encode_sparse_into(dict(row), columns, values, previous=key) == (n, key)
+    assert columns[:n].tolist() == [-1] * n  # reused: nothing written
+    changed = {"alpha": 1.0, "beta": 2.5}
+    n, other = encoder.encode_sparse_into(changed, columns, values, previous=key)
+    assert other != key
+    assert columns[:n].tolist() == encoder.encode_sparse(changed)[0].tolist()
+    with pytest.raises(FeatureError, match="boolean_feature"):
+        encoder.encode_sparse_into({"alpha": 1.0, "beta": True}, columns, values, previous=key)
 
 
 @settings(max_examples=300, deadline=None)
@@ -88,7 +108,7 @@ def test_murmur3_rows_of_any_names_equal_the_precise_path(
     fast = outcome(lambda: encoder.encode_sparse(row))
     assert fast == outcome(lambda: encoder._sparse_row(*encoder._entries(row, False)))
     columns, values = LAST_BUFFERS
-    into = outcome(lambda: buffered(encoder.encode_sparse_into(row, columns, values)))
+    into = outcome(lambda: buffered(encoder.encode_sparse_into(row, columns, values)[0]))
     assert into == fast
 
 
@@ -97,7 +117,7 @@ def test_rows_written_into_buffers_are_the_rows_returned() -> None:
     columns[:] = -7
     for encoder in (HashingEncoder(4), HashingEncoder(4, hash="blake2b"), VocabularyEncoder()):
         row = {"alpha": 2.0, "beta": -1.5}
-        n = encoder.encode_sparse_into(row, columns, values, grow=True)
+        n, _ = encoder.encode_sparse_into(row, columns, values, grow=True)
         indices, data = encoder.encode_sparse(row)
         assert n == indices.shape[0] == 3
         assert columns[:n].tolist() == indices.tolist()
