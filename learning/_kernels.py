@@ -33,7 +33,10 @@ by the source and does not depend on the vector width LLVM picks for a given CPU
 replays identically on another machine. A sparse dot visits the non-zero columns in increasing
 order and puts column j into partial sum j mod 4 too; the zeros a dense pass also adds change
 nothing (a partial sum starts at +0.0 and can never become -0.0, so adding ±0.0 leaves it as it
-is), so **sparse and dense rows of the same vector give bit-identical results**. Updates touch
+is), so **sparse and dense rows of the same vector give bit-identical results**. The same fact lets
+a sparse pass stay branch-free ("sparse lanes"): each entry adds its product to its own lane and
++0.0 to the three others, which leaves them exactly as they were (a column's lane is random, so a
+branch per entry would be mispredicted half the time). Updates touch
 exactly the coordinates with x_j ≠ 0 in both forms (a stored zero is skipped).
 
 State layout
@@ -268,14 +271,10 @@ def compact_dot(a: Floats, cols: Ints, vals: Floats, dense: bool) -> float:
     for k in range(n):
         p = a[k] * vals[k]
         lane = cols[k] & LANE_MASK
-        if lane == 0:
-            s0 += p
-        elif lane == 1:
-            s1 += p
-        elif lane == 2:
-            s2 += p
-        else:
-            s3 += p
+        s0 += p if lane == 0 else 0.0  # branch-free: see "Sparse lanes" in the module docs
+        s1 += p if lane == 1 else 0.0
+        s2 += p if lane == 2 else 0.0
+        s3 += p if lane == 3 else 0.0
     return (s0 + s1) + (s2 + s3)
 
 
@@ -293,14 +292,10 @@ def gather_dot(a: Floats, cols: Ints, vals: Floats, dense: bool) -> float:
         c = cols[k]
         p = a[c] * vals[k]
         lane = c & LANE_MASK
-        if lane == 0:
-            s0 += p
-        elif lane == 1:
-            s1 += p
-        elif lane == 2:
-            s2 += p
-        else:
-            s3 += p
+        s0 += p if lane == 0 else 0.0
+        s1 += p if lane == 1 else 0.0
+        s2 += p if lane == 2 else 0.0
+        s3 += p if lane == 3 else 0.0
     return (s0 + s1) + (s2 + s3)
 
 
@@ -350,18 +345,14 @@ def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
             p = w[c] * v
             q = sums[c] * v
             lane = c & LANE_MASK
-            if lane == 0:
-                s0 += p
-                t0 += q
-            elif lane == 1:
-                s1 += p
-                t1 += q
-            elif lane == 2:
-                s2 += p
-                t2 += q
-            else:
-                s3 += p
-                t3 += q
+            s0 += p if lane == 0 else 0.0
+            t0 += q if lane == 0 else 0.0
+            s1 += p if lane == 1 else 0.0
+            t1 += q if lane == 1 else 0.0
+            s2 += p if lane == 2 else 0.0
+            t2 += q if lane == 2 else 0.0
+            s3 += p if lane == 3 else 0.0
+            t3 += q if lane == 3 else 0.0
     score = (s0 + s1) + (s2 + s3)
     return score, ((t0 + t1) + (t2 + t3)) + seen * score
 
