@@ -270,7 +270,10 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     """
     n = y.shape[0]
     dense = width > 0
+    w = weights[0]
+    a = weight_sums[0]
     view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
+    by_columns = voter_columns.shape[0] > 0
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
     for i in range(n):
         start, stop = row_span(indptr, width, i)
@@ -278,90 +281,51 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         cols = indices[0:width] if dense else indices[start:stop]
         if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
             return i
-        update, predicted, margin = binary_event(
-            cols, vals, dense, y[i], weights, weight_sums, row_sq, log_counts, log_rows,
-            log_start, log_len, log_cols, log_old, counters, voter_columns, lanes, view,
-            max_voters, max_entries, prequential_voted,
-        )  # fmt: skip
-        out_margins[i] = margin
+        target = y[i]
+        seen = counters[SEEN]
+        live = seen - counters[BORN_MODEL]
+        score, total = row_scores(w, a, seen, cols, vals, dense)
+        predicted = sign(score)
+        if predicted != target:
+            counters[PQ_LAST] += 1
+        if sign(total) != target:
+            counters[PQ_AVERAGED] += 1
+        if prequential_voted:
+            if by_columns:
+                acc = vote_binary_columns(
+                    cols, vals, score, live, log_counts, counters, voter_columns, lanes, True
+                )
+            else:
+                acc = vote_binary(
+                    w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
+                    log_old, counters, view, True,
+                )  # fmt: skip
+            counters[PQ_VOTED_SEEN] += 1
+            if (1.0 if acc >= 0 else -1.0) != target:
+                counters[PQ_VOTED] += 1
+        norm_sq = row_sq[0]
+        out_margins[i] = target * score / math.sqrt(norm_sq) if norm_sq > 0.0 else 0.0
         out_predictions[i] = predicted
+        update = target * score <= 0.0
         out_updates[i] = update
-    return -1
-
-
-@_jit
-def binary_event(  # noqa: PLR0917 - numba kernels take positional arrays
-    cols: Ints,
-    vals: Floats,
-    dense: bool,
-    target: float,
-    weights: Floats,
-    weight_sums: Floats,
-    row_sq: Floats,
-    log_counts: Ints,
-    log_rows: Ints,
-    log_start: Ints,
-    log_len: Ints,
-    log_cols: Ints,
-    log_old: Floats,
-    counters: Ints,
-    voter_columns: Floats,
-    lanes: Floats,
-    view: Floats,
-    max_voters: int,
-    max_entries: int,
-    prequential_voted: bool,
-) -> tuple[bool, float, float]:
-    """One event of :func:`learn_binary`: (update, prediction of ``last``, normalised margin).
-
-    ``lanes`` and ``view`` are the vote's scratch (see learning._voters), used only when
-    ``prequential_voted``.
-    """
-    w = weights[0]
-    a = weight_sums[0]
-    by_columns = voter_columns.shape[0] > 0
-    seen = counters[SEEN]
-    live = seen - counters[BORN_MODEL]
-    score, total = row_scores(w, a, seen, cols, vals, dense)
-    predicted = sign(score)
-    if predicted != target:
-        counters[PQ_LAST] += 1
-    if sign(total) != target:
-        counters[PQ_AVERAGED] += 1
-    if prequential_voted:
-        if by_columns:
-            acc = vote_binary_columns(
-                cols, vals, score, live, log_counts, counters, voter_columns, lanes, True
-            )
-        else:
-            acc = vote_binary(
-                w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
-                log_old, counters, view, True,
+        if update:
+            touched = count_touched(vals) if live > 0 else 0
+            entry = open_entry(
+                live, touched, 0, NO_ROW, log_counts, log_rows,
+                log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
             )  # fmt: skip
-        counters[PQ_VOTED_SEEN] += 1
-        if (1.0 if acc >= 0 else -1.0) != target:
-            counters[PQ_VOTED] += 1
-    norm_sq = row_sq[0]
-    margin = target * score / math.sqrt(norm_sq) if norm_sq > 0.0 else 0.0
-    update = target * score <= 0.0
-    if update:
-        touched = count_touched(vals) if live > 0 else 0
-        entry = open_entry(
-            live, touched, 0, NO_ROW, log_counts, log_rows,
-            log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
-        )  # fmt: skip
-        if entry >= 0 and by_columns:
-            slot = newest_slot(counters, log_counts.shape[0], 0)
-            for j in range(voter_columns.shape[0]):
-                voter_columns[j, slot] = w[j]
-        apply_update(
-            weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
-            UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == vals.shape[0],
-        )  # fmt: skip
-        counters[BORN_MODEL] = seen
-        counters[UPDATES] += 1
-    counters[SEEN] = seen + 1
-    return update, predicted, margin
+            if entry >= 0 and by_columns:
+                slot = newest_slot(counters, log_counts.shape[0], 0)
+                for j in range(voter_columns.shape[0]):
+                    voter_columns[j, slot] = w[j]
+            apply_update(
+                weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
+                UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == vals.shape[0],
+            )  # fmt: skip
+            counters[BORN_MODEL] = seen
+            counters[UPDATES] += 1
+        counters[SEEN] = seen + 1
+    return -1
 
 
 @_jit

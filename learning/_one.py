@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from learning import _kernels as k
 from learning import _single
 from learning._rows import Rows, prediction_rows
+from learning._single import NO_CHECK
 from learning.encoders import RowKey
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
@@ -42,8 +43,6 @@ Outputs = tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]
 """Per-event kernel outputs: (mistakes, predictions, margins)."""
 KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]
 """The leading (indptr, indices, values, width) of every batch kernel call (see learning._rows)."""
-NO_CHECK = 0.0
-"""The ``limit`` of a batch kernel whose rows were checked beforehand."""
 NO_ROW_BUFFER = 0
 """Row buffer capacity of an encoder without ``encode_sparse_into``."""
 

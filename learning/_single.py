@@ -2,21 +2,23 @@
 
 The batch kernels serve one event too, but for one event a call costs mostly its arguments
 (about 0.1 µs an array, measured): these take fewer, the row being the leading ``n`` entries of
-the learner's reusable buffers, and run the very code the batch kernels run per event
-(:func:`learning._learn.binary_event`, :func:`learning._scoring.point_prediction`), so the
-results are bit-identical. They size nothing: when the voters' log needs room,
-:func:`learn_binary_one` returns ``NEEDS_ROOM`` before changing anything and the caller grows it.
+the learner's reusable buffers, and run the batch kernels' code (``learn_binary`` on a batch of
+one, ``point_prediction``), so the results are bit-identical. They size nothing: when the
+voters' log needs room, :func:`learn_binary_one` returns ``NEEDS_ROOM`` before changing anything
+and the caller grows it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from learning._kernels import SEEN, UNROLL, Floats, Ints, _jit, row_scores
-from learning._learn import binary_event
+from learning._kernels import SEEN, Floats, Ints, _jit, row_scores
+from learning._learn import learn_binary
 from learning._scoring import point_prediction
 from learning._voters import log_needs_room
 
+NO_CHECK = 0.0
+"""The ``limit`` of a kernel whose row was checked beforehand (the encoder vouches for it)."""
 NEEDS_ROOM = -1
 NO_UPDATE = 0
 UPDATED = 1
@@ -45,17 +47,23 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     prequential_voted: bool,
 ) -> int:
     """Predict-then-learn the row ``columns[:n]``, ``values[:n]`` (checked values; dense rows:
-    ``columns`` is 0 .. n-1); UPDATED, NO_UPDATE or NEEDS_ROOM (nothing changed)."""
+    ``columns`` is 0 .. n-1) as :func:`learning._learn.learn_binary` learns a batch of one;
+    UPDATED, NO_UPDATE or NEEDS_ROOM (nothing changed)."""
     if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
         return NEEDS_ROOM
-    view = np.empty(n if prequential_voted else 0)
-    lanes = np.empty((UNROLL, voter_columns.shape[1] if prequential_voted else 0))
-    update, _, _ = binary_event(
-        columns[:n], values[:n], dense, target, weights, weight_sums, row_sq, log_counts,
-        log_rows, log_start, log_len, log_cols, log_old, counters, voter_columns, lanes, view,
-        max_voters, max_entries, prequential_voted,
+    indptr = np.zeros(2, dtype=np.int64)
+    indptr[1] = n
+    y = np.full(1, target)
+    updates = np.empty(1, dtype=np.bool_)
+    predictions = np.empty(1)
+    margins = np.empty(1)
+    learn_binary(
+        indptr, columns[:n], values[:n], n if dense else 0, y, weights, weight_sums, row_sq,
+        log_counts, log_rows, log_start, log_len, log_cols, log_old, counters,
+        np.zeros(1, dtype=np.uint64), voter_columns, max_voters, max_entries, prequential_voted,
+        NO_CHECK, updates, predictions, margins,
     )  # fmt: skip
-    return UPDATED if update else NO_UPDATE
+    return UPDATED if updates[0] else NO_UPDATE
 
 
 @_jit
