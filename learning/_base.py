@@ -59,7 +59,7 @@ from learning._arrays import (
     LinearState,
     entry_bytes,
 )
-from learning._one import NO_CHECK, KernelArgs, Outputs
+from learning._one import KernelArgs, Outputs
 from learning._rows import (
     Rows,
     check_values,
@@ -68,6 +68,7 @@ from learning._rows import (
     prediction_rows,
     value_error,
 )
+from learning._single import NO_CHECK
 from learning.encoders import MAX_ABS_FEATURE, Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
