@@ -285,8 +285,8 @@ class LinearLearner(_ClassifierBase):
         """
         self._validate_label(y)
         if getattr(self.encoder, "sparse", False):
-            columns, values, n = _one.sparse_row(self, x, grow=True)
-            return _one.learn_sparse(self, columns, values, n, self.encode_labels([y], grow=True))
+            row = _one.sparse_row(self, x, grow=True)
+            return _one.learn_sparse(self, row, self.encode_labels([y], grow=True))
         vector = self.encoder.encode(x, grow=True)
         return _one.learn_vector(self, vector, self.encode_labels([y], grow=True))
 

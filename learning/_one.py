@@ -97,9 +97,13 @@ def dense_columns(single: SingleEvent, n: int) -> NDArray[np.int64]:
 
 def sparse_row(
     learner: LinearLearner, x: Any, grow: bool
-) -> tuple[NDArray[np.int64], NDArray[np.float64], int]:
-    """One event encoded by an object-valued encoder: (columns, values, n), the row being the
-    first n entries (the learner's buffers when the encoder writes into them)."""
+) -> tuple[NDArray[np.int64], NDArray[np.float64], int, bool]:
+    """One event encoded by an object-valued encoder: (columns, values, n, complete), the row
+    being the first n entries (the learner's buffers when the encoder writes into them).
+
+    ``complete``: the row holds every column 0 .. n-1 (a vocabulary event listing the whole
+    vocabulary), so it runs as a dense row: the same results, vectorised.
+    """
     encoder: Any = learner.encoder
     single = single_event(learner)
     if single.columns.shape[0] > 0:
@@ -108,9 +112,11 @@ def sparse_row(
         n, single.key = encoder.encode_sparse_into(
             x, single.columns, single.values, grow=grow, previous=previous
         )
-        return single.columns, single.values, n
+        return single.columns, single.values, n, False
     indices, values = encoder.encode_sparse(x, grow=grow)
-    return indices, values, int(values.shape[0])
+    n = int(values.shape[0])
+    # Strictly increasing columns from 0 whose last is n - 1 are exactly 0 .. n-1.
+    return indices, values, n, n > 0 and int(indices[n - 1]) == n - 1
 
 
 def learn_binary_row(
@@ -143,12 +149,11 @@ def learn_binary_row(
 
 def learn_sparse(
     learner: LinearLearner,
-    columns: NDArray[np.int64],
-    values: NDArray[np.float64],
-    n: int,
+    row: tuple[NDArray[np.int64], NDArray[np.float64], int, bool],
     code: NDArray[Any],
 ) -> bool:
-    """One sparse row (``columns[:n]``, ``values[:n]``): O(nnz), no dense row."""
+    """One row of :func:`sparse_row`: O(nnz), no dense row of the model's width."""
+    columns, values, n, complete = row
     encoder = learner.encoder
     dimension = encoder.dimension
     single = single_event(learner)
@@ -160,7 +165,7 @@ def learn_sparse(
     if dimension > state.weights.shape[1] or state.weights.shape[0] != learner._rows():
         state.ensure_shape(learner._rows(), dimension)
     if not learner.multiclass:
-        return learn_binary_row(learner, columns, values, n, dense=False, target=float(code[0]))
+        return learn_binary_row(learner, columns, values, n, dense=complete, target=float(code[0]))
     single.indptr[1] = n
     return learn_batch_of_one(learner, (single.indptr, columns[:n], values[:n], 0), n, code)
 
@@ -214,11 +219,12 @@ def predict_one(learner: LinearLearner, x: Any) -> Hashable:
     which = PREDICTOR_CODES[learner.predictor]
     lean = validated and not learner.multiclass and which != k.VOTED
     if getattr(encoder, "sparse", False):
-        columns, values, n = sparse_row(learner, x, grow=False)
+        columns, values, n, complete = sparse_row(learner, x, grow=False)
         if lean and encoder.dimension <= dimension:
             code = _single.predict_binary_one(
-                columns, values, n, False, state.weights, state.weight_sums, state.counters, which
-            )
+                columns, values, n, complete, state.weights, state.weight_sums, state.counters,
+                which,
+            )  # fmt: skip
             return learner._decode(code)
         indptr = np.array([0, n], dtype=np.int64)
         batch = CSRBatch(indptr, columns[:n].copy(), values[:n].copy(), encoder.dimension)

@@ -92,8 +92,7 @@ class Perceptron(LinearLearner):
         code = _one.single_event(self).target
         code[0] = self.label_map.encode(y)
         if getattr(self.encoder, "sparse", False):
-            columns, values, n = _one.sparse_row(self, x, grow=True)
-            return _one.learn_sparse(self, columns, values, n, code)
+            return _one.learn_sparse(self, _one.sparse_row(self, x, grow=True), code)
         return _one.learn_vector(self, self.encoder.encode(x, grow=True), code)
 
     def _check_targets(self, y: object, n: int) -> NDArray[np.float64]:

@@ -39,7 +39,7 @@ SparseRow = tuple[NDArray[np.int64], NDArray[np.float64]]
 PLAIN_NUMBER_TYPES = frozenset({float, int})
 RowKey = tuple[bytes, bytes, int]
 """What an encoder vouches identifies a row it wrote: the event's content as bytes (names,
-values) and the row's length (see ``ObjectEncoder.encode_sparse_into``)."""
+values) and the row's length (see ``HashingEncoder.encode_sparse_into``)."""
 
 
 @runtime_checkable
@@ -338,32 +338,6 @@ class ObjectEncoder(EncoderBase):
         first when the encoder has one. The same validation and codes as :meth:`encode`."""
         columns, values = self._entries(self._mapping(features), grow)
         return self._sparse_row(columns, values)
-
-    def encode_sparse_into(
-        self,
-        features: Any,
-        columns: NDArray[np.int64],
-        values: NDArray[np.float64],
-        *,
-        grow: bool = False,
-        previous: RowKey | None = None,
-    ) -> tuple[int, RowKey | None]:
-        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (each holds at
-        least ``max_features_per_event + 1`` entries): (the row's length, its key or ``None``).
-        The learners' single-event path: it hands no arrays back (boxing them costs more than
-        the row).
-
-        An encoder may return a key that identifies the row by the event's content. Passing it
-        back as ``previous`` — with the buffers still holding that row — lets the encoder skip
-        the work when the next event has the same content (a predict-then-learn loop encodes
-        each event twice); it then writes nothing and returns ``previous``. This base encoder
-        returns no key.
-        """
-        indices, data = self.encode_sparse(features, grow=grow)
-        n = int(indices.shape[0])
-        columns[:n] = indices
-        values[:n] = data
-        return n, None
 
     def _sparse_row(self, columns: list[int], values: list[float]) -> SparseRow:
         """Validated entries (distinct columns, bias left out) as a sorted sparse row."""

@@ -229,6 +229,16 @@ class HashingEncoder(ObjectEncoder):
         grow: bool = False,
         previous: RowKey | None = None,
     ) -> tuple[int, RowKey | None]:
+        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (each holds at
+        least ``max_features_per_event + 1`` entries): (the row's length, its key or ``None``).
+        The learners' single-event path: it hands no arrays back (boxing them costs more than
+        the row).
+
+        A murmur3 row comes with a key naming the event's content (:data:`RowKey`). Passing it
+        back as ``previous`` — with the buffers still holding that row — skips the work when
+        the next event has the same content (a predict-then-learn loop encodes each event
+        twice): nothing is written and ``previous`` is returned.
+        """
         mapping = self._mapping(features)
         content = self._murmur_content(mapping)
         if content is not None:
@@ -237,7 +247,11 @@ class HashingEncoder(ObjectEncoder):
             n = self._hashed_row(content, len(mapping), columns, values)
             if n >= 0:
                 return n, (*content, n)
-        return super().encode_sparse_into(features, columns, values, grow=grow)
+        indices, data = self._sparse_row(*self._entries(mapping, grow))
+        n = int(indices.shape[0])
+        columns[:n] = indices
+        values[:n] = data
+        return n, None
 
     def _murmur_content(self, mapping: Mapping[Any, Any]) -> tuple[bytes, bytes] | None:
         """(names, values) of a murmur3 event as the compiled builder takes them, or ``None``

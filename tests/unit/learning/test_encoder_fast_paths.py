@@ -115,7 +115,7 @@ def test_murmur3_rows_of_any_names_equal_the_precise_path(
 def test_rows_written_into_buffers_are_the_rows_returned() -> None:
     columns, values = row_buffers()
     columns[:] = -7
-    for encoder in (HashingEncoder(4), HashingEncoder(4, hash="blake2b"), VocabularyEncoder()):
+    for encoder in (HashingEncoder(4), HashingEncoder(4, hash="blake2b")):
         row = {"alpha": 2.0, "beta": -1.5}
         n, _ = encoder.encode_sparse_into(row, columns, values, grow=True)
         indices, data = encoder.encode_sparse(row)

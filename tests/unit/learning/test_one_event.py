@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learning import FeatureError, HashingEncoder, Perceptron, VocabularyEncoder, dump_state
+from learning import FeatureError, HashingEncoder, Perceptron, VocabularyEncoder, _one, dump_state
 
 EVENTS: list[dict[str, Any]] = [
     {"alpha": 1.0, "beta": 2.0},
@@ -78,4 +78,23 @@ def test_dense_learn_one_equals_learn_batch_as_the_vocabulary_grows() -> None:
     batch.learn_batch(X, batch.encode_labels(LABELS))
     assert np.array_equal(one.weights, batch.weights)
     assert one.prequential_mistakes == batch.prequential_mistakes
+    assert dump_state(one) == dump_state(batch)
+
+
+def test_whole_vocabulary_events_run_as_dense_rows_with_the_same_results() -> None:
+    rng = np.random.default_rng(4)
+    names = ["a", "b", "c", "d", "e"]
+    rows = [dict(zip(names, values, strict=True)) for values in rng.normal(size=(40, 5)).tolist()]
+    labels = (rng.random(40) < 0.5).tolist()
+    one = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    batch = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    X = batch.encoder.encode_batch(rows, grow=True)
+    for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+        if i > 0:  # the vocabulary is complete from the second event on
+            assert _one.sparse_row(one, row, grow=False)[3]  # a complete row: run dense
+        assert one.predict_one(row) == batch.predict_batch(X[i : i + 1])[0][0]
+        one.learn_one(row, label)
+        batch.learn_batch(X[i : i + 1], batch.encode_labels([label]))
+    assert not _one.sparse_row(one, {"b": 1.0}, grow=False)[3]  # control: a partial row is not
+    assert one.n_updates > 3
     assert dump_state(one) == dump_state(batch)
