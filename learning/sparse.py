@@ -39,19 +39,25 @@ COLUMNS_NOT_INCREASING = 3
 @_jit
 def csr_breach(indptr: NDArray[np.int64], indices: NDArray[np.int64], dimension: int) -> int:
     """The first CSR invariant the rows break, in the order :meth:`CSRBatch.validate` names them
-    (``indptr`` itself already starts at 0 and ends at ``len(indices)``), or NO_BREACH."""
+    (``indptr`` itself already starts at 0 and ends at ``len(indices)``), or NO_BREACH.
+
+    ``indptr`` is checked first (the rows it bounds are read next); then one pass over the
+    entries, where a column out of range outranks an order breach met earlier.
+    """
     n_rows = indptr.shape[0] - 1
     for i in range(n_rows):
         if indptr[i + 1] < indptr[i]:
             return DECREASING_INDPTR
-    for k in range(indices.shape[0]):
-        if indices[k] < 0 or indices[k] >= dimension:
-            return COLUMN_OUT_OF_RANGE
+    unordered = False
     for i in range(n_rows):
-        for k in range(indptr[i] + 1, indptr[i + 1]):
-            if indices[k] <= indices[k - 1]:
-                return COLUMNS_NOT_INCREASING
-    return NO_BREACH
+        previous = -1
+        for k in range(indptr[i], indptr[i + 1]):
+            c = indices[k]
+            if c < 0 or c >= dimension:
+                return COLUMN_OUT_OF_RANGE
+            unordered |= c <= previous
+            previous = c
+    return COLUMNS_NOT_INCREASING if unordered else NO_BREACH
 
 
 @dataclass(frozen=True)
