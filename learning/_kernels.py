@@ -34,9 +34,10 @@ replays identically on another machine. A sparse dot visits the non-zero columns
 order and puts column j into partial sum j mod 4 too; the zeros a dense pass also adds change
 nothing (a partial sum starts at +0.0 and can never become -0.0, so adding ±0.0 leaves it as it
 is), so **sparse and dense rows of the same vector give bit-identical results**. The same fact lets
-a sparse pass stay branch-free ("sparse lanes"): each entry adds its product to its own lane and
-+0.0 to the three others, which leaves them exactly as they were (a column's lane is random, so a
-branch per entry would be mispredicted half the time). Updates touch
+a sparse pass stay branch-free ("sparse lanes"; a column's lane is random, so a branch per entry
+would be mispredicted half the time): compact_dot and gather_dot add each product to its own lane
+and +0.0 to the three others, which leaves them exactly as they were; the hot row_scores keeps its
+partial sums in a small array indexed by the lane (see sparse_row_scores). Updates touch
 exactly the coordinates with x_j ≠ 0 in both forms (a stored zero is skipped).
 
 State layout
@@ -110,6 +111,8 @@ BELOW_ANY_VOTE = -(2**62)
 UNROLL = 4
 LANE_MASK = UNROLL - 1
 """Column j goes to partial sum j & LANE_MASK (= j mod 4)."""
+PARTIAL_SUMS = 2 * UNROLL
+"""Scratch entries of a sparse row's two scores (see sparse_row_scores)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 Floats = NDArray[np.float64]
@@ -301,13 +304,16 @@ def gather_dot(a: Floats, cols: Ints, vals: Floats, dense: bool) -> float:
 
 @_jit
 def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
-    w: Floats, sums: Floats, seen: int, cols: Ints, vals: Floats, dense: bool
+    w: Floats, sums: Floats, seen: int, cols: Ints, vals: Floats, dense: bool, partial: Floats
 ) -> tuple[float, float]:
     """(w·x, (Σ post-event w)·x): the score and ``seen`` times the averaged score.
 
     (Σ post-event w)·x = sums·x + seen·(w·x) (see the state layout); both dot products are summed
     in four partial sums by column mod 4, dense and sparse alike, then combined in this order.
+    ``partial`` is scratch for a sparse row (PARTIAL_SUMS entries, see sparse_row_scores).
     """
+    if not dense:
+        return sparse_row_scores(w, sums, seen, cols, vals, partial)
     s0 = 0.0
     s1 = 0.0
     s2 = 0.0
@@ -317,44 +323,49 @@ def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
     t2 = 0.0
     t3 = 0.0
     n = vals.shape[0]
-    if dense:
-        m = n - n % UNROLL
-        for j in range(0, m, UNROLL):
-            s0 += w[j] * vals[j]
-            s1 += w[j + 1] * vals[j + 1]
-            s2 += w[j + 2] * vals[j + 2]
-            s3 += w[j + 3] * vals[j + 3]
-            t0 += sums[j] * vals[j]
-            t1 += sums[j + 1] * vals[j + 1]
-            t2 += sums[j + 2] * vals[j + 2]
-            t3 += sums[j + 3] * vals[j + 3]
-        tail = n - m
-        if tail > 0:
-            s0 += w[m] * vals[m]
-            t0 += sums[m] * vals[m]
-        if tail > 1:
-            s1 += w[m + 1] * vals[m + 1]
-            t1 += sums[m + 1] * vals[m + 1]
-        if tail > 2:
-            s2 += w[m + 2] * vals[m + 2]
-            t2 += sums[m + 2] * vals[m + 2]
-    else:
-        for k in range(n):
-            c = cols[k]
-            v = vals[k]
-            p = w[c] * v
-            q = sums[c] * v
-            lane = c & LANE_MASK
-            s0 += p if lane == 0 else 0.0
-            t0 += q if lane == 0 else 0.0
-            s1 += p if lane == 1 else 0.0
-            t1 += q if lane == 1 else 0.0
-            s2 += p if lane == 2 else 0.0
-            t2 += q if lane == 2 else 0.0
-            s3 += p if lane == 3 else 0.0
-            t3 += q if lane == 3 else 0.0
+    m = n - n % UNROLL
+    for j in range(0, m, UNROLL):
+        s0 += w[j] * vals[j]
+        s1 += w[j + 1] * vals[j + 1]
+        s2 += w[j + 2] * vals[j + 2]
+        s3 += w[j + 3] * vals[j + 3]
+        t0 += sums[j] * vals[j]
+        t1 += sums[j + 1] * vals[j + 1]
+        t2 += sums[j + 2] * vals[j + 2]
+        t3 += sums[j + 3] * vals[j + 3]
+    tail = n - m
+    if tail > 0:
+        s0 += w[m] * vals[m]
+        t0 += sums[m] * vals[m]
+    if tail > 1:
+        s1 += w[m + 1] * vals[m + 1]
+        t1 += sums[m + 1] * vals[m + 1]
+    if tail > 2:
+        s2 += w[m + 2] * vals[m + 2]
+        t2 += sums[m + 2] * vals[m + 2]
     score = (s0 + s1) + (s2 + s3)
     return score, ((t0 + t1) + (t2 + t3)) + seen * score
+
+
+@_jit
+def sparse_row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
+    w: Floats, sums: Floats, seen: int, cols: Ints, vals: Floats, partial: Floats
+) -> tuple[float, float]:
+    """:func:`row_scores` of a sparse row, its partial sums kept in ``partial``: lane j of w·x at
+    j, of sums·x at UNROLL + j. Each product goes to its own lane, in column order, as in the
+    dense pass; an array indexed by the lane costs no branch (a column's lane is random, so a
+    branch per entry would be mispredicted half the time)."""
+    for j in range(PARTIAL_SUMS):
+        partial[j] = 0.0
+    for k in range(vals.shape[0]):
+        c = cols[k]
+        v = vals[k]
+        lane = c & LANE_MASK
+        partial[lane] += w[c] * v
+        partial[UNROLL + lane] += sums[c] * v
+    score = (partial[0] + partial[1]) + (partial[2] + partial[3])
+    total = (partial[4] + partial[5]) + (partial[6] + partial[7])
+    return score, total + seen * score
 
 
 @_jit

@@ -19,6 +19,7 @@ from learning._kernels import (
     LAST,
     N_VOTERS,
     NO_VIOLATION,
+    PARTIAL_SUMS,
     SEEN,
     TRACK_MISTAKES,
     TRACK_SEEN,
@@ -84,11 +85,12 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     view = np.empty(longest_row(indptr, width, n) if counters[N_VOTERS] > 0 else 0)
     by_columns = voter_columns.shape[0] > 0
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
+    partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        score, total = row_scores(w, a, seen, cols, vals, dense)
+        score, total = row_scores(w, a, seen, cols, vals, dense, partial)
         if which != VOTED:
             out_codes[i], out_scores[i] = point_prediction(which, score, total, seen)
         else:
@@ -143,11 +145,14 @@ def predict_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     voter_scores = np.empty(rows)
     votes = np.zeros(rows, dtype=np.int64)
     view = np.empty((rows, longest_row(indptr, width, n) if which != LAST else 0))
+    partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        class_scores(weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sums)
+        class_scores(
+            weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sums, partial
+        )
         predicted, _ = argmax_tie(scores, n_classes, state)
         if which == LAST:
             out_codes[i] = predicted

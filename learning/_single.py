@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learning._kernels import SEEN, Floats, Ints, _jit, row_scores
+from learning._kernels import PARTIAL_SUMS, SEEN, Floats, Ints, _jit, row_scores
 from learning._learn import learn_binary
 from learning._scoring import point_prediction
 from learning._voters import log_needs_room
@@ -80,6 +80,9 @@ def predict_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     """±1 of ``last`` or ``averaged`` for the row ``columns[:n]``, ``values[:n]`` (columns
     within the weights), as :func:`learning._scoring.predict_binary` decides it."""
     seen = counters[SEEN]
-    score, total = row_scores(weights[0], weight_sums[0], seen, columns[:n], values[:n], dense)
+    partial = np.empty(PARTIAL_SUMS)
+    score, total = row_scores(
+        weights[0], weight_sums[0], seen, columns[:n], values[:n], dense, partial
+    )
     code, _ = point_prediction(which, score, total, seen)
     return code
