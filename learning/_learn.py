@@ -26,6 +26,7 @@ from learning._kernels import (
     UPDATES,
     Floats,
     Ints,
+    _inline,
     _jit,
     argmax_tie,
     compact_dot,
@@ -60,7 +61,7 @@ def longest_row(indptr: Ints, width: int, n: int) -> int:
     return int(longest)
 
 
-@_jit
+@_inline
 def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
     w: Floats,
     cols: Ints,
@@ -101,7 +102,7 @@ def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
             position += 1
 
 
-@_jit
+@_inline
 def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     weights: Floats,
     weight_sums: Floats,
@@ -208,7 +209,7 @@ def dense_update(  # noqa: PLR0917 - numba kernels take positional arrays
     return (q0 + q1) + (q2 + q3)
 
 
-@_jit
+@_inline
 def update_weights(  # noqa: PLR0917 - numba kernels take positional arrays
     w: Floats, a: Floats, cols: Ints, vals: Floats, dense: bool, positive: bool, time_step: float
 ) -> None:

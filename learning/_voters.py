@@ -49,6 +49,7 @@ from learning._kernels import (
     VOTE_TOTAL,
     Floats,
     Ints,
+    _inline,
     _jit,
     argmax_tie,
     compact_dot,
@@ -110,7 +111,7 @@ def log_needs_room(  # noqa: PLR0917 - numba kernels take positional arrays
     )
 
 
-@_jit
+@_inline
 def drop_oldest(log_counts: Ints, log_len: Ints, counters: Ints) -> None:
     """Forget the oldest voter (and free its entries), counting what was dropped."""
     slot = counters[LOG_HEAD]
@@ -126,7 +127,7 @@ def drop_oldest(log_counts: Ints, log_len: Ints, counters: Ints) -> None:
         counters[POOL_TAIL] = 0
 
 
-@_jit
+@_inline
 def open_entry(  # noqa: PLR0917 - numba kernels take positional arrays
     count: int,
     entries: int,
