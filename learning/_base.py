@@ -181,11 +181,12 @@ class LinearLearner(_ClassifierBase):
         backup = state.copy() if in_kernel else None
         before = self._prequential_counts()
         state.ensure_shape(self._rows(), rows.dimension)
+        longest = rows.longest()
         state.ensure_log_capacity(
             n,
-            rows.max_new_entries(self.max_voters),
+            rows.max_new_entries(self.max_voters, longest),
             self.max_voters,
-            min(self._max_entries, self.max_voters * max(rows.longest(), state.longest_entry())),
+            min(self._max_entries, self.max_voters * max(longest, state.longest_entry())),
         )
         outputs = _one.outputs(n, self.multiclass)
         limit = MAX_ABS_FEATURE if in_kernel else NO_CHECK
