@@ -309,7 +309,7 @@ def gather_dot(a: Floats, cols: Ints, vals: Floats, dense: bool) -> float:
     return (s0 + s1) + (s2 + s3)
 
 
-@_inline
+@_jit
 def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
     w: Floats, sums: Floats, seen: int, cols: Ints, vals: Floats, dense: bool, partial: Floats
 ) -> tuple[float, float]:
