@@ -10,11 +10,14 @@ build step (it is a wheel), keeps the kernels readable Python, and caches the ma
 disk (``cache=True``) so the compile cost (a few seconds) is paid once per machine. Cython or a
 Rust extension would need a build step; numpy alone cannot fuse predict → mistake → update →
 statistics into one pass. The kernels live in :mod:`learning._learn` (learning),
-:mod:`learning._voters` (the voted predictor's update log) and :mod:`learning._scoring`
-(prediction, bound tracking). numba's disk cache is keyed on each function's own source file: a
-kernel that calls into another kernel module keeps its cached machine code when only the callee's
-module changes, so after editing one of these modules clear ``learning/__pycache__/*.nb[ic]``
-(``make clean`` does).
+:mod:`learning._voters` (the voted predictor's update log), :mod:`learning._scoring`
+(prediction, bound tracking) and :mod:`learning._single` (one event, for ``learn_one`` and
+``predict_one``). Small per-row helpers are decorated ``_inline``: numba inlines them into each
+kernel, since a call between compiled functions costs more than their work on a sparse row.
+numba's disk cache is keyed on each function's own source file: a kernel that calls into (or
+inlines from) another kernel module keeps its cached machine code when only the callee's module
+changes, so after editing one of these modules clear ``learning/__pycache__/*.nb[ic]`` (``make
+clean`` does).
 
 Rows: dense or sparse, one form
 -------------------------------
