@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
-from learning._voters import DENSE_RUN, NO_ROW, empty_log
+from learning._voters import DENSE_RUN, NO_ROW, empty_log, log_needs_room
 from learning.errors import StateError
 
 logger = logging.getLogger(__name__)
@@ -195,11 +195,10 @@ class LinearState:
 
     def needs_log_room(self, entries: int, max_voters: int, max_entries: int) -> bool:
         """Whether one more voter of ``entries`` entries may not fit the log's current arrays."""
-        voter_room = self.log_counts.shape[0]
-        entry_room = self.log_cols.shape[0]
         return bool(
-            (voter_room < max_voters and self.counters[k.N_VOTERS] >= voter_room)
-            or (entry_room < max_entries and self.counters[k.POOL_USED] + entries > entry_room)
+            log_needs_room(
+                entries, self.log_counts, self.log_cols, self.counters, max_voters, max_entries
+            )
         )
 
     def ordered_log(self) -> dict[str, NDArray[np.generic]]:

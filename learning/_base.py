@@ -45,14 +45,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
-from learning import _scoring
+from learning import _one
 from learning._arrays import (
     BINARY_ROWS_TOUCHED,
     MULTICLASS_ROWS_TOUCHED,
@@ -60,6 +59,7 @@ from learning._arrays import (
     LinearState,
     entry_bytes,
 )
+from learning._one import KernelArgs, Outputs
 from learning._rows import (
     Rows,
     check_values,
@@ -68,10 +68,10 @@ from learning._rows import (
     prediction_rows,
     value_error,
 )
+from learning._single import NO_CHECK
 from learning.encoders import MAX_ABS_FEATURE, Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
-    PREDICTOR_CODES,
     BatchResult,
     Predictor,
     PredictorName,
@@ -90,25 +90,7 @@ else:
 
 logger = logging.getLogger(__name__)
 
-Outputs = tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]
-"""Per-event kernel outputs: (mistakes, predictions, margins)."""
-KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]
-"""The leading (indptr, indices, values, width) of every kernel call (see learning._rows)."""
-
-
-@dataclass(frozen=True)
-class SingleEvent:
-    """Reused buffers of the single-event paths (``learn_one``, ``predict_one``)."""
-
-    indptr: NDArray[np.int64]
-    target: NDArray[np.float64]
-    outputs: Outputs
-    codes: NDArray[Any]
-    scores: NDArray[np.float64]
-
-
 IN_KERNEL_CHECK_FACTOR = 4
-NO_CHECK = 0.0
 DEFAULT_MAX_VOTERS = 64
 DEFAULT_MAX_VOTER_BYTES = 4 * 2**20
 """4 MiB of update log: 262,144 binary entries (64 voters of 4,096 non-zeros each)."""
@@ -199,13 +181,14 @@ class LinearLearner(_ClassifierBase):
         backup = state.copy() if in_kernel else None
         before = self._prequential_counts()
         state.ensure_shape(self._rows(), rows.dimension)
+        longest = rows.longest()
         state.ensure_log_capacity(
             n,
-            rows.max_new_entries(self.max_voters),
+            rows.max_new_entries(self.max_voters, longest),
             self.max_voters,
-            min(self._max_entries, self.max_voters * max(rows.longest(), state.longest_entry())),
+            min(self._max_entries, self.max_voters * max(longest, state.longest_entry())),
         )
-        outputs = self._outputs(n)
+        outputs = _one.outputs(n, self.multiclass)
         limit = MAX_ABS_FEATURE if in_kernel else NO_CHECK
         bad = self._run_kernel(rows.kernel_args(), targets, outputs, limit)
         if bad >= 0:
@@ -303,89 +286,10 @@ class LinearLearner(_ClassifierBase):
         """
         self._validate_label(y)
         if getattr(self.encoder, "sparse", False):
-            indices, values = self.encoder.encode_sparse(x, grow=True)  # type: ignore[attr-defined]
-            return self._learn_sparse(indices, values, self.encode_labels([y], grow=True))
+            row = _one.sparse_row(self, x, grow=True)
+            return _one.learn_sparse(self, row, self.encode_labels([y], grow=True))
         vector = self.encoder.encode(x, grow=True)
-        code = self.encode_labels([y], grow=True)
-        return self._learn_vector(vector, code)
-
-    def _learn_vector(self, vector: NDArray[np.float64], code: NDArray[Any]) -> bool:
-        """The single-event path: same kernel as learn_batch, minus the batch bookkeeping."""
-        if not getattr(self.encoder, "validated_output", False):
-            return bool(self.learn_batch(vector[None, :], code).mistakes[0])
-        rows = Rows.dense(vector[None, :])
-        if vector.shape[0] != self._state.dimension or self._state.rows != self._rows():
-            rows = self._fit_learning_width(rows)
-            self._state.ensure_shape(self._rows(), rows.dimension)
-        return self._learn_single(rows.kernel_args(), vector.shape[0], code)
-
-    def _learn_sparse(
-        self, indices: NDArray[np.int64], values: NDArray[np.float64], code: NDArray[Any]
-    ) -> bool:
-        """One sparse event (sorted columns, values) through the CSR kernel: O(nnz), no dense row.
-
-        The lean path of ``learn_one``: unless the encoder vouches for its output
-        (``validated_output``) the event goes through ``learn_batch``'s checks.
-        """
-        encoder = self.encoder
-        dimension = encoder.dimension
-        single = self._single()
-        single.indptr[1] = values.shape[0]
-        if not getattr(encoder, "validated_output", False):
-            batch = CSRBatch(single.indptr.copy(), indices, values, dimension)
-            return bool(self.learn_batch(batch, code).mistakes[0])
-        state = self._state
-        if dimension > state.weights.shape[1] or state.weights.shape[0] != self._rows():
-            state.ensure_shape(self._rows(), dimension)
-        return self._learn_single((single.indptr, indices, values, 0), values.shape[0], code)
-
-    def _learn_single(self, rows: KernelArgs, entries: int, code: NDArray[Any]) -> bool:
-        state = self._state
-        max_entries = self._max_entries
-        if state.needs_log_room(entries, self.max_voters, max_entries):
-            state.ensure_log_capacity(1, entries, self.max_voters, max_entries)
-        outputs = self._single().outputs
-        self._learning_kernel(
-            *rows,
-            code,
-            state.weights,
-            state.weight_sums,
-            state.row_sq,
-            state.log_counts,
-            state.log_rows,
-            state.log_start,
-            state.log_len,
-            state.log_cols,
-            state.log_old,
-            state.counters,
-            state.rng,
-            self._voter_columns(),
-            self.max_voters,
-            max_entries,
-            self.prequential_voted,
-            NO_CHECK,
-            *outputs,
-        )
-        return bool(outputs[0][0])
-
-    def _single(self) -> SingleEvent:
-        """Buffers reused by every single-event call (they hold nothing between calls)."""
-        single: SingleEvent | None = self.__dict__.get("_single_event")
-        if single is None:
-            codes = np.empty(1, dtype=np.int64 if self.multiclass else np.float64)
-            single = SingleEvent(
-                indptr=np.zeros(2, dtype=np.int64),
-                target=np.empty(1),
-                outputs=self._outputs(1),
-                codes=codes,
-                scores=np.empty((1, self._rows()) if self.multiclass else 1),
-            )
-            self.__dict__["_single_event"] = single
-        return single
-
-    def _outputs(self, n: int) -> Outputs:
-        prediction_type = np.int64 if self.multiclass else np.float64
-        return np.empty(n, dtype=np.bool_), np.empty(n, dtype=prediction_type), np.empty(n)
+        return _one.learn_vector(self, vector, self.encode_labels([y], grow=True))
 
     def _validate_label(self, label: Hashable) -> None:
         """Raise before any state changes when ``label`` can never be accepted."""
@@ -395,52 +299,7 @@ class LinearLearner(_ClassifierBase):
 
     def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
         """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
-        encoder = self.encoder
-        validated = getattr(encoder, "validated_output", False)
-        dimension = self._state.dimension
-        if getattr(encoder, "sparse", False):
-            indices, values = encoder.encode_sparse(x, grow=False)  # type: ignore[attr-defined]
-            if validated and encoder.dimension <= dimension and not self.multiclass:
-                return self._predict_sparse_one(indices, values)
-            indptr = np.array([0, values.shape[0]], dtype=np.int64)
-            batch = CSRBatch(indptr, indices, values, encoder.dimension)
-            rows = prediction_rows(batch, dimension, encoder.growable)
-        else:
-            row = encoder.encode(x)[None, :]
-            if validated and row.shape[1] == dimension:
-                rows = Rows.dense(row)
-            else:
-                rows = prediction_rows(row, dimension, encoder.growable)
-        codes, _ = predict_codes(self._state, rows, predictor_code(self.predictor), self.multiclass)
-        return self._decode(codes.tolist()[0])
-
-    def _predict_sparse_one(
-        self, indices: NDArray[np.int64], values: NDArray[np.float64]
-    ) -> Hashable:
-        """The lean binary path of ``predict_one`` for one checked sparse event."""
-        state = self._state
-        single = self._single()
-        single.indptr[1] = values.shape[0]
-        _scoring.predict_binary(
-            single.indptr,
-            indices,
-            values,
-            0,
-            1,
-            state.weights,
-            state.weight_sums,
-            state.log_counts,
-            state.log_start,
-            state.log_len,
-            state.log_cols,
-            state.log_old,
-            state.counters,
-            state.voter_columns,
-            PREDICTOR_CODES[self.predictor],
-            single.codes,
-            single.scores,
-        )
-        return self._decode(float(single.codes[0]))
+        return _one.predict_one(self, x)
 
     def predict_batch(
         self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None

@@ -16,6 +16,7 @@ from learning._kernels import (
     ACTIVE_CLASSES,
     BORN_MODEL,
     GOLDEN_GAMMA,
+    PARTIAL_SUMS,
     PQ_AVERAGED,
     PQ_LAST,
     PQ_VOTED,
@@ -25,6 +26,7 @@ from learning._kernels import (
     UPDATES,
     Floats,
     Ints,
+    _inline,
     _jit,
     argmax_tie,
     compact_dot,
@@ -59,7 +61,7 @@ def longest_row(indptr: Ints, width: int, n: int) -> int:
     return int(longest)
 
 
-@_jit
+@_inline
 def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
     w: Floats,
     cols: Ints,
@@ -100,7 +102,7 @@ def log_old_values(  # noqa: PLR0917 - numba kernels take positional arrays
             position += 1
 
 
-@_jit
+@_inline
 def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     weights: Floats,
     weight_sums: Floats,
@@ -207,7 +209,7 @@ def dense_update(  # noqa: PLR0917 - numba kernels take positional arrays
     return (q0 + q1) + (q2 + q3)
 
 
-@_jit
+@_inline
 def update_weights(  # noqa: PLR0917 - numba kernels take positional arrays
     w: Floats, a: Floats, cols: Ints, vals: Floats, dense: bool, positive: bool, time_step: float
 ) -> None:
@@ -275,6 +277,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
     by_columns = voter_columns.shape[0] > 0
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
+    partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
@@ -284,7 +287,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         target = y[i]
         seen = counters[SEEN]
         live = seen - counters[BORN_MODEL]
-        score, total = row_scores(w, a, seen, cols, vals, dense)
+        score, total = row_scores(w, a, seen, cols, vals, dense, partial)
         predicted = sign(score)
         if predicted != target:
             counters[PQ_LAST] += 1
@@ -356,10 +359,12 @@ def class_scores(  # noqa: PLR0917 - numba kernels take positional arrays
     n_classes: int,
     scores: Floats,
     sums: Floats,
+    partial: Floats,
 ) -> None:
-    """Per active class: scores[c] = W[c]·x̃ and sums[c] = (Σ post-event W[c])·x̃ (lazy average)."""
+    """Per active class: scores[c] = W[c]·x̃ and sums[c] = (Σ post-event W[c])·x̃ (lazy average);
+    ``partial`` is row_scores' scratch."""
     for c in range(n_classes):
-        s, sa = row_scores(weights[c], weight_sums[c], seen, cols, vals, dense)
+        s, sa = row_scores(weights[c], weight_sums[c], seen, cols, vals, dense, partial)
         scores[c] = s
         sums[c] = sa
 
@@ -405,6 +410,7 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     voter_scores = np.empty(rows)
     votes = np.zeros(rows, dtype=np.int64)
     view = np.empty((rows, longest_row(indptr, width, n) if prequential_voted else 0))
+    partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
@@ -419,7 +425,9 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
         if target >= counters[ACTIVE_CLASSES]:
             counters[ACTIVE_CLASSES] = target + 1
         n_classes = counters[ACTIVE_CLASSES]
-        class_scores(weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sum_scores)
+        class_scores(
+            weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sum_scores, partial
+        )
         predicted, tied = argmax_tie(scores, n_classes, state)
         averaged, _ = argmax_tie(sum_scores, n_classes, state)
         if predicted != target:

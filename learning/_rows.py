@@ -62,12 +62,13 @@ class Rows:
             return 0
         return self.width if self.width > 0 else int(np.diff(self.indptr).max())
 
-    def max_new_entries(self, max_voters: int) -> int:
-        """The most update-log entries learning these rows can add to what the log keeps.
+    def max_new_entries(self, max_voters: int, longest: int) -> int:
+        """The most update-log entries learning these rows can add to what the log keeps
+        (``longest``: :meth:`longest`).
 
         Each row adds at most its stored entries, and only the newest ``max_voters`` voters stay.
         """
-        return min(int(self.values.shape[0]), min(self.n_rows, max_voters) * self.longest())
+        return min(int(self.values.shape[0]), min(self.n_rows, max_voters) * longest)
 
     def kernel_args(self) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]:
         """The four leading arguments of every kernel."""
@@ -157,6 +158,8 @@ def csr_structure(batch: CSRBatch) -> CSRBatch:
     """The batch with int64/float64 arrays, once its CSR invariants hold (else ``ValueError``)."""
     if not isinstance(batch, CSRBatch):
         raise TypeError(f"expected a CSRBatch, got {type(batch).__name__}")
+    if _kernel_ready(batch) and isinstance(batch.dimension, int) and batch.dimension >= 0:
+        return batch.validate()  # already the arrays the kernels take
     for name in ("indptr", "indices", "values"):
         array = np.asarray(getattr(batch, name))
         kinds, wanted = ("f", "float64") if name == "values" else ("iu", "int64")
@@ -171,6 +174,23 @@ def csr_structure(batch: CSRBatch) -> CSRBatch:
         int(batch.dimension),
     )
     return checked.validate()
+
+
+def _kernel_ready(batch: CSRBatch) -> bool:
+    """Whether the batch's arrays are 1-d, C-contiguous int64/int64/float64 numpy arrays."""
+    for array, dtype in (
+        (batch.indptr, np.int64),
+        (batch.indices, np.int64),
+        (batch.values, np.float64),
+    ):
+        if (
+            type(array) is not np.ndarray
+            or array.dtype != dtype
+            or array.ndim != 1
+            or not array.flags.c_contiguous
+        ):
+            return False
+    return True
 
 
 def check_csr(batch: CSRBatch) -> CSRBatch:

@@ -19,11 +19,13 @@ from learning._kernels import (
     LAST,
     N_VOTERS,
     NO_VIOLATION,
+    PARTIAL_SUMS,
     SEEN,
     TRACK_MISTAKES,
     TRACK_SEEN,
     UNROLL,
     VOTE_TOTAL,
+    VOTED,
     Floats,
     Ints,
     _jit,
@@ -35,6 +37,17 @@ from learning._kernels import (
 )
 from learning._learn import class_scores, longest_row
 from learning._voters import vote_binary, vote_binary_columns, vote_multiclass
+
+
+@_jit
+def point_prediction(which: int, score: float, total: float, seen: int) -> tuple[float, float]:
+    """(±1, score) of ``last`` or ``averaged`` from w·x̃ and (Σ post-event w)·x̃ (see row_scores).
+
+    last → w·x̃; averaged → w̄·x̃ (0 before any event). sign(0) = +1, as when learning.
+    """
+    if which == LAST:
+        return sign(score), score
+    return sign(total), total / seen if seen > 0 else 0.0
 
 
 @_jit
@@ -72,17 +85,14 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     view = np.empty(longest_row(indptr, width, n) if counters[N_VOTERS] > 0 else 0)
     by_columns = voter_columns.shape[0] > 0
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
+    partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        score, total = row_scores(w, a, seen, cols, vals, dense)
-        if which == LAST:
-            out_codes[i] = sign(score)
-            out_scores[i] = score
-        elif which == AVERAGED:
-            out_codes[i] = sign(total)
-            out_scores[i] = total / seen if seen > 0 else 0.0
+        score, total = row_scores(w, a, seen, cols, vals, dense, partial)
+        if which != VOTED:
+            out_codes[i], out_scores[i] = point_prediction(which, score, total, seen)
         else:
             if by_columns:
                 acc = vote_binary_columns(
@@ -135,11 +145,14 @@ def predict_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     voter_scores = np.empty(rows)
     votes = np.zeros(rows, dtype=np.int64)
     view = np.empty((rows, longest_row(indptr, width, n) if which != LAST else 0))
+    partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        class_scores(weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sums)
+        class_scores(
+            weights, weight_sums, seen, cols, vals, dense, n_classes, scores, sums, partial
+        )
         predicted, _ = argmax_tie(scores, n_classes, state)
         if which == LAST:
             out_codes[i] = predicted

@@ -49,6 +49,7 @@ from learning._kernels import (
     VOTE_TOTAL,
     Floats,
     Ints,
+    _inline,
     _jit,
     argmax_tie,
     compact_dot,
@@ -92,6 +93,25 @@ def find_column(cols: Ints, c: int) -> int:
 
 
 @_jit
+def log_needs_room(  # noqa: PLR0917 - numba kernels take positional arrays
+    entries: int,
+    log_counts: Ints,
+    log_cols: Ints,
+    counters: Ints,
+    max_voters: int,
+    max_entries: int,
+) -> bool:
+    """Whether one more voter of ``entries`` entries may not fit the log's current arrays (they
+    can still grow toward the bounds: see LinearState.ensure_log_capacity)."""
+    voter_room = log_counts.shape[0]
+    entry_room = log_cols.shape[0]
+    return bool(
+        (voter_room < max_voters and counters[N_VOTERS] >= voter_room)
+        or (entry_room < max_entries and counters[POOL_USED] + entries > entry_room)
+    )
+
+
+@_inline
 def drop_oldest(log_counts: Ints, log_len: Ints, counters: Ints) -> None:
     """Forget the oldest voter (and free its entries), counting what was dropped."""
     slot = counters[LOG_HEAD]
@@ -107,7 +127,7 @@ def drop_oldest(log_counts: Ints, log_len: Ints, counters: Ints) -> None:
         counters[POOL_TAIL] = 0
 
 
-@_jit
+@_inline
 def open_entry(  # noqa: PLR0917 - numba kernels take positional arrays
     count: int,
     entries: int,

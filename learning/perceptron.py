@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from learning import _learn
+from learning import _learn, _one
 from learning._arrays import BINARY_ROWS_TOUCHED, LinearState
 from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
@@ -89,13 +89,11 @@ class Perceptron(LinearLearner):
 
         Nothing changes when the label or the features are invalid.
         """
-        target = self._single().target
-        target[0] = self.label_map.encode(y)
-        encoder = self.encoder
-        if getattr(encoder, "sparse", False):
-            indices, values = encoder.encode_sparse(x, grow=True)  # type: ignore[attr-defined]
-            return self._learn_sparse(indices, values, target)
-        return self._learn_vector(encoder.encode(x, grow=True), target)
+        code = _one.single_event(self).target
+        code[0] = self.label_map.encode(y)
+        if getattr(self.encoder, "sparse", False):
+            return _one.learn_sparse(self, _one.sparse_row(self, x, grow=True), code)
+        return _one.learn_vector(self, self.encoder.encode(x, grow=True), code)
 
     def _check_targets(self, y: object, n: int) -> NDArray[np.float64]:
         targets = np.ascontiguousarray(np.asarray(y, dtype=np.float64))

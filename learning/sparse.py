@@ -28,6 +28,41 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from learning._kernels import _jit
+
+NO_BREACH = 0
+DECREASING_INDPTR = 1
+COLUMN_OUT_OF_RANGE = 2
+COLUMNS_NOT_INCREASING = 3
+
+
+@_jit
+def csr_breach(indptr: NDArray[np.int64], indices: NDArray[np.int64], dimension: int) -> int:
+    """The first CSR invariant the rows break, in the order :meth:`CSRBatch.validate` names them
+    (``indptr`` itself already starts at 0 and ends at ``len(indices)``), or NO_BREACH.
+
+    ``indptr`` is checked first (the rows it bounds are read next), then the columns' range
+    over all entries, then their order within each row: passes without an early exit, which the
+    compiler vectorises.
+    """
+    n_rows = indptr.shape[0] - 1
+    for i in range(n_rows):
+        if indptr[i + 1] < indptr[i]:
+            return DECREASING_INDPTR
+    low = 0
+    high = 0
+    for k in range(indices.shape[0]):
+        c = indices[k]
+        low = min(low, c)
+        high = max(high, c)
+    if low < 0 or high >= dimension:
+        return COLUMN_OUT_OF_RANGE
+    unordered = False
+    for i in range(n_rows):
+        for k in range(indptr[i] + 1, indptr[i + 1]):
+            unordered |= indices[k] <= indices[k - 1]
+    return COLUMNS_NOT_INCREASING if unordered else NO_BREACH
+
 
 @dataclass(frozen=True)
 class CSRBatch:
@@ -146,15 +181,15 @@ class CSRBatch:
             raise ValueError("indptr must be a 1-d array starting at 0")
         if indices.shape != values.shape or indptr[-1] != indices.shape[0]:
             raise ValueError("indptr must end at len(indices) == len(values)")
-        if np.any(np.diff(indptr) < 0):
+        if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+            raise ValueError("indptr and indices must be integer arrays")
+        breach = csr_breach(
+            np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64), self.dimension
+        )
+        if breach == DECREASING_INDPTR:
             raise ValueError("indptr must not decrease")
-        if indices.shape[0]:
-            if indices.min() < 0 or indices.max() >= self.dimension:
-                raise ValueError(f"column indices must lie in [0, {self.dimension})")
-            steps = np.diff(indices)
-            row_starts = indptr[1:-1]
-            inner = np.ones(steps.shape[0], dtype=bool)
-            inner[row_starts[(row_starts > 0) & (row_starts < indices.shape[0])] - 1] = False
-            if np.any(steps[inner] <= 0):
-                raise ValueError("column indices must strictly increase within a row")
+        if breach == COLUMN_OUT_OF_RANGE:
+            raise ValueError(f"column indices must lie in [0, {self.dimension})")
+        if breach == COLUMNS_NOT_INCREASING:
+            raise ValueError("column indices must strictly increase within a row")
         return self

@@ -37,6 +37,9 @@ FeatureName = str | int
 SparseRow = tuple[NDArray[np.int64], NDArray[np.float64]]
 """One event in sparse form: strictly increasing columns and their values."""
 PLAIN_NUMBER_TYPES = frozenset({float, int})
+RowKey = tuple[bytes, bytes, int]
+"""What an encoder vouches identifies a row it wrote: the event's content as bytes (names,
+values) and the row's length (see ``HashingEncoder.encode_sparse_into``)."""
 
 
 @runtime_checkable

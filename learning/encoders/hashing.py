@@ -18,16 +18,19 @@ Two hash functions, picked by ``hash``:
 Murmur3 is the default because it is the ecosystem's convention and, through ``mmh3``, about ten
 times cheaper per name than BLAKE2b; its only loss is int names, which JSON never produces.
 
-Speed: murmur3 names are hashed in bulk (one ``mmh3`` call per name from C, then numpy), with no
-cache: hashing a fresh name (~65 ns) costs less than looking it up in a large dict (~290 ns,
-measured on the 100,000-word stream). BLAKE2b (~800 ns per name) keeps a bounded name cache.
+Speed: one event's murmur3 row is built in one compiled call (:mod:`._murmur`: the hash, the
+buckets, the sort and the sums of shared columns), from the names joined into one UTF-8 string and
+the values packed as float64; batches hash their names in bulk (one ``mmh3`` call per name from
+C, then numpy). Neither keeps a cache: hashing a fresh name costs less than looking it up in a
+large dict (measured on the 100,000-word stream). BLAKE2b (~800 ns per name) keeps a bounded name
+cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
+import struct
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
@@ -41,6 +44,7 @@ from learning.encoders._common import (
     PLAIN_NUMBER_TYPES,
     FeatureName,
     ObjectEncoder,
+    RowKey,
     SparseRow,
     assemble,
     bad_name,
@@ -48,6 +52,7 @@ from learning.encoders._common import (
     checked_value,
     value_error,
 )
+from learning.encoders._murmur import hashed_row
 from learning.errors import FeatureError
 
 logger = logging.getLogger(__name__)
@@ -69,7 +74,7 @@ HASH_CACHE_SIZE = 131_072
 100,000-word vocabulary whole (about 15 MB), so a text stream hashes each word once."""
 MURMUR_NAMES = "str (murmur3 hashing takes string names, as scikit-learn does)"
 NAME_SEPARATOR = "\x00"
-FLOAT_ONLY = frozenset({float})
+PACKED_FLOAT = "d"
 
 
 class HashingEncoder(ObjectEncoder):
@@ -205,48 +210,87 @@ class HashingEncoder(ObjectEncoder):
 
     def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
         mapping = self._mapping(features)
-        if self.hash == "murmur3":
-            row = self._murmur_row(mapping)
-            if row is not None:
-                return row
+        content = self._murmur_content(mapping)
+        if content is not None:
+            size = len(mapping) + self.offset
+            columns = np.empty(size, dtype=np.int64)
+            values = np.empty(size)
+            n = self._hashed_row(content, len(mapping), columns, values)
+            if n >= 0:
+                return columns[:n], values[:n]
         return self._sparse_row(*self._entries(mapping, grow))
 
-    def _murmur_row(self, mapping: Mapping[Any, Any]) -> SparseRow | None:
-        """One event's sparse row, each step a C-level pass, when every name is a valid str,
-        every value a plain number within range and no two names share a column; ``None``
-        otherwise (the precise path, which names any error). Same row as the precise path."""
-        values = list(mapping.values())
-        kinds = set(map(type, values))
-        if kinds != FLOAT_ONLY:
-            if not kinds <= PLAIN_NUMBER_TYPES:
-                return None
-            try:
-                values = list(map(float, values))
-            except OverflowError:
-                return None
-        if not (math.isfinite(sum(values)) and max(map(abs, values)) <= MAX_ABS_FEATURE):
+    def encode_sparse_into(
+        self,
+        features: Any,
+        columns: NDArray[np.int64],
+        values: NDArray[np.float64],
+        *,
+        grow: bool = False,
+        previous: RowKey | None = None,
+    ) -> tuple[int, RowKey | None]:
+        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (each holds at
+        least ``max_features_per_event + 1`` entries): (the row's length, its key or ``None``).
+        The learners' single-event path: it hands no arrays back (boxing them costs more than
+        the row).
+
+        A murmur3 row comes with a key naming the event's content (:data:`RowKey`). Passing it
+        back as ``previous`` — with the buffers still holding that row — skips the work when
+        the next event has the same content (a predict-then-learn loop encodes each event
+        twice): nothing is written and ``previous`` is returned.
+        """
+        mapping = self._mapping(features)
+        content = self._murmur_content(mapping)
+        if content is not None:
+            if previous is not None and previous[0] == content[0] and previous[1] == content[1]:
+                return previous[2], previous
+            n = self._hashed_row(content, len(mapping), columns, values)
+            if n >= 0:
+                return n, (*content, n)
+        indices, data = self._sparse_row(*self._entries(mapping, grow))
+        n = int(indices.shape[0])
+        columns[:n] = indices
+        values[:n] = data
+        return n, None
+
+    def _murmur_content(self, mapping: Mapping[Any, Any]) -> tuple[bytes, bytes] | None:
+        """(names, values) of a murmur3 event as the compiled builder takes them, or ``None``
+        when a name is not a valid str or a value not a plain number (the precise path, which
+        names any error).
+
+        The names are joined into one UTF-8 string (the join also checks that each is a str and
+        valid Unicode: a lone surrogate has no UTF-8 bytes to hash), the values packed as float64.
+        Equal content means the same row: the bytes are the names and the values bit for bit.
+        """
+        if self.hash != "murmur3":
             return None
-        names = list(mapping)
+        raw = mapping.values()
+        if not set(map(type, raw)) <= PLAIN_NUMBER_TYPES:
+            return None
         try:
-            NAME_SEPARATOR.join(names).encode("utf-8")
-        except (TypeError, UnicodeEncodeError):
+            names = NAME_SEPARATOR.join(mapping).encode("utf-8")
+            packed = struct.pack(f"{len(mapping)}{PACKED_FLOAT}", *raw)
+        except (TypeError, UnicodeEncodeError, struct.error):  # struct.error: an int beyond floats
             return None
-        hashes = list(map(mmh3.hash, names))
-        if INT32_MIN in hashes:
-            return None
-        n = self.n_buckets
-        offset = self.offset
-        # As the precise path sums them: each column's total starts at 0.0 (so -0.0 → 0.0).
-        pairs = sorted(
-            (abs(h) % n + offset, 0.0 + (-v if h < 0 else v))
-            for h, v in zip(hashes, values, strict=True)
-        )  # sorted by column; equal columns (then compared by value) are refused just below
-        columns, signed = zip(*pairs, strict=True)
-        if len(set(columns)) < len(columns):
-            return None
-        if self.bias:
-            return np.array((0, *columns), dtype=np.int64), np.array((1.0, *signed))
-        return np.array(columns, dtype=np.int64), np.array(signed, dtype=np.float64)
+        return names, packed
+
+    def _hashed_row(
+        self,
+        content: tuple[bytes, bytes],
+        count: int,
+        columns: NDArray[np.int64],
+        values: NDArray[np.float64],
+    ) -> int:
+        """The row of ``content`` written to ``columns`` / ``values`` by one compiled call
+        (:mod:`._murmur`), bit for bit the precise path's; its length, or -1 when the compiled
+        path cannot vouch for it (the precise path then decides)."""
+        names, packed = content
+        return int(
+            hashed_row(
+                names, packed, count, 1 << self.n_bits, 1 if self.bias else 0, MAX_ABS_FEATURE,
+                columns, values,
+            )
+        )  # fmt: skip
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         code_of = self._column_code

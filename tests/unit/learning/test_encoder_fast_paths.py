@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import mmh3
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from learning import FeatureError, HashingEncoder, VocabularyEncoder
 from learning.encoders import MAX_ABS_FEATURE, SparseRow
+from learning.encoders._murmur import murmur3_32
 
 WORDS = [f"word{i}" for i in range(200)]
 VALUES = st.one_of(
@@ -45,15 +49,88 @@ def test_murmur3_fast_path_equals_the_precise_path(
     assert fast == precise
 
 
-def test_murmur3_fast_path_is_taken_only_without_shared_columns() -> None:
+def row_buffers(size: int = 64) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    return np.empty(size, dtype=np.int64), np.empty(size)
+
+
+def test_murmur3_fast_path_sums_shared_columns_and_leaves_refusals_to_the_precise_path() -> None:
     wide, narrow = HashingEncoder(18), HashingEncoder(1)
     row = {"alpha": 1.0, "beta": -0.0, "gamma": 3}
-    assert wide._murmur_row(row) is not None  # control: the fast path does run
-    assert narrow._murmur_row(row) is None  # three names in two buckets share one
-    assert wide._murmur_row({"alpha": True}) is None  # a refusal is left to the precise path
+    columns, values = row_buffers()
+    assert wide.encode_sparse_into(row, columns, values)[1] is not None  # control: it runs
+    n, key = narrow.encode_sparse_into(row, columns, values)
+    assert key is not None and n == 3  # three names in two buckets, summed by the fast path
     assert outcome(lambda: narrow.encode_sparse(row)) == outcome(
         lambda: narrow._sparse_row(*narrow._entries(row, False))
     )
+    assert wide._murmur_content({"alpha": True}) is None
+    for refused in ({"alpha": 2e100}, {"a\x00b": 1.0, "c": 2.0}, {"a": 1.0, "b\x00": 2.0}):
+        content = wide._murmur_content(refused)
+        assert content is not None
+        assert wide._hashed_row(content, len(refused), columns, values) == -1
+    assert wide.encode_sparse_into({"a\x00b": 1.0, "c": 2.0}, columns, values)[1] is None
+
+
+def test_a_row_is_reused_only_for_the_same_content() -> None:
+    encoder = HashingEncoder(18)
+    columns, values = row_buffers()
+    row = {"alpha": 1.0, "beta": 2.0}
+    n, key = encoder.encode_sparse_into(row, columns, values)
+    assert key is not None
+    columns[:n] = -1  # a row written again would overwrite these
+    assert encoder.encode_sparse_into(dict(row), columns, values, previous=key) == (n, key)
+    assert columns[:n].tolist() == [-1] * n  # reused: nothing written
+    changed = {"alpha": 1.0, "beta": 2.5}
+    n, other = encoder.encode_sparse_into(changed, columns, values, previous=key)
+    assert other != key
+    assert columns[:n].tolist() == encoder.encode_sparse(changed)[0].tolist()
+    with pytest.raises(FeatureError, match="boolean_feature"):
+        encoder.encode_sparse_into({"alpha": 1.0, "beta": True}, columns, values, previous=key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(max_size=12))
+def test_compiled_murmur3_equals_mmh3(name: str) -> None:
+    data = name.encode("utf-8", "surrogatepass")
+    assert murmur3_32(data, 0, len(data)) == mmh3.hash(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    row=st.dictionaries(st.text(max_size=6), ANY_VALUE, min_size=1, max_size=30),
+    n_bits=st.sampled_from([1, 3, 18]),
+    bias=st.booleans(),
+)
+def test_murmur3_rows_of_any_names_equal_the_precise_path(
+    row: dict[str, Any], n_bits: int, bias: bool
+) -> None:
+    encoder = HashingEncoder(n_bits, bias=bias)
+    fast = outcome(lambda: encoder.encode_sparse(row))
+    assert fast == outcome(lambda: encoder._sparse_row(*encoder._entries(row, False)))
+    columns, values = LAST_BUFFERS
+    into = outcome(lambda: buffered(encoder.encode_sparse_into(row, columns, values)[0]))
+    assert into == fast
+
+
+def test_rows_written_into_buffers_are_the_rows_returned() -> None:
+    columns, values = row_buffers()
+    columns[:] = -7
+    for encoder in (HashingEncoder(4), HashingEncoder(4, hash="blake2b")):
+        row = {"alpha": 2.0, "beta": -1.5}
+        n, _ = encoder.encode_sparse_into(row, columns, values, grow=True)
+        indices, data = encoder.encode_sparse(row)
+        assert n == indices.shape[0] == 3
+        assert columns[:n].tolist() == indices.tolist()
+        assert values[:n].tobytes() == data.tobytes()
+        assert columns[n] == -7  # control: nothing written past the row
+
+
+LAST_BUFFERS = row_buffers()
+
+
+def buffered(n: int) -> SparseRow:
+    columns, values = LAST_BUFFERS
+    return columns[:n].copy(), values[:n].copy()
 
 
 @settings(max_examples=200, deadline=None)

@@ -81,6 +81,25 @@ MALFORMED: dict[str, tuple[CSRBatch, str]] = {
 }
 
 
+@pytest.mark.parametrize(
+    ("indices", "reason"),
+    [
+        ([1, 0, 0, 3], r"\[0, 3\)"),  # an order breach in row 0, a column out of range in row 1
+        ([1, 0, 0, 2], "strictly increase"),  # control: the order breach alone
+        ([0, 1, 0, 2], None),  # control: well formed
+    ],
+)
+def test_a_column_out_of_range_is_named_before_an_earlier_order_breach(
+    indices: list[int], reason: str | None
+) -> None:
+    batch = CSRBatch(np.array([0, 2, 4]), np.array(indices), np.ones(4), 3)
+    if reason is None:
+        assert batch.validate() is batch
+        return
+    with pytest.raises(ValueError, match=reason):
+        batch.validate()
+
+
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_a_malformed_batch_is_refused_and_changes_nothing(name: str) -> None:
     batch, reason = MALFORMED[name]

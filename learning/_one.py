@@ -1,0 +1,248 @@
+"""The single-event paths of the learners: river's ``learn_one`` and ``predict_one``.
+
+A river-style caller hands over one dict at a time, so what counts is the cost of one call:
+encoding the event, then one kernel. Both are kept lean:
+
+* an object-valued encoder writes the row into buffers this learner reuses
+  (``encode_sparse_into``: no arrays are built and handed back), and a dense one returns its
+  vector, whose columns 0 .. n-1 are a cached range;
+* the hashing encoder keys each row by the event's content (names and values as bytes): when
+  ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers is
+  reused instead of hashed again (the key compares the content, not the dict's identity, so a
+  dict changed in between is encoded afresh);
+* a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
+  arguments than the batch kernels and run the same per-event code, so the results are
+  bit-identical to ``learn_batch`` on the same rows. Multiclass learners and the voted
+  predictor take the batch kernels with a batch of one.
+
+Encoders that do not vouch for their output (``validated_output`` false) go through
+``learn_batch``'s checks, so a bad value is refused with nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from learning import _kernels as k
+from learning import _single
+from learning._rows import Rows, prediction_rows
+from learning._single import NO_CHECK
+from learning.encoders import RowKey
+from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
+from learning.sparse import CSRBatch
+
+if TYPE_CHECKING:
+    from learning._base import LinearLearner
+
+Outputs = tuple[NDArray[np.bool_], NDArray[Any], NDArray[np.float64]]
+"""Per-event kernel outputs: (mistakes, predictions, margins)."""
+KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], int]
+"""The leading (indptr, indices, values, width) of every batch kernel call (see learning._rows)."""
+NO_ROW_BUFFER = 0
+"""Row buffer capacity of an encoder without ``encode_sparse_into``."""
+
+
+@dataclass
+class SingleEvent:
+    """Reused buffers of the single-event paths (they hold nothing between calls)."""
+
+    indptr: NDArray[np.int64]
+    target: NDArray[np.float64]
+    outputs: Outputs
+    columns: NDArray[np.int64]
+    """A sparse row's columns (capacity: the encoder's ``max_features_per_event`` + 1)."""
+    values: NDArray[np.float64]
+    dense_columns: NDArray[np.int64]
+    """0 .. n-1: the columns of a dense row of n values (grown on demand)."""
+    key: RowKey | None = None
+    """The encoder's key of the row in ``columns`` / ``values`` (None: no reuse)."""
+
+
+def outputs(n: int, multiclass: bool) -> Outputs:
+    """Fresh per-event outputs of a batch kernel for n events."""
+    prediction_type = np.int64 if multiclass else np.float64
+    return np.empty(n, dtype=np.bool_), np.empty(n, dtype=prediction_type), np.empty(n)
+
+
+def single_event(learner: LinearLearner) -> SingleEvent:
+    """The learner's reusable buffers, made on first use."""
+    single: SingleEvent | None = learner.__dict__.get("_single_event")
+    if single is None:
+        limit = getattr(learner.encoder, "max_features_per_event", None)
+        into = getattr(learner.encoder, "encode_sparse_into", None)
+        capacity = limit + 1 if limit is not None and into is not None else NO_ROW_BUFFER
+        single = SingleEvent(
+            indptr=np.zeros(2, dtype=np.int64),
+            target=np.empty(1),
+            outputs=outputs(1, learner.multiclass),
+            columns=np.empty(capacity, dtype=np.int64),
+            values=np.empty(capacity),
+            dense_columns=np.arange(0, dtype=np.int64),
+        )
+        learner.__dict__["_single_event"] = single
+    return single
+
+
+def dense_columns(single: SingleEvent, n: int) -> NDArray[np.int64]:
+    """A range of at least n columns (0 .. n-1 first)."""
+    if single.dense_columns.shape[0] < n:
+        single.dense_columns = np.arange(n, dtype=np.int64)
+    return single.dense_columns
+
+
+def sparse_row(
+    learner: LinearLearner, x: Any, grow: bool
+) -> tuple[NDArray[np.int64], NDArray[np.float64], int, bool]:
+    """One event encoded by an object-valued encoder: (columns, values, n, complete), the row
+    being the first n entries (the learner's buffers when the encoder writes into them).
+
+    ``complete``: the row holds every column 0 .. n-1 (a vocabulary event listing the whole
+    vocabulary), so it runs as a dense row: the same results, vectorised.
+    """
+    encoder: Any = learner.encoder
+    single = single_event(learner)
+    if single.columns.shape[0] > 0:
+        previous = single.key
+        single.key = None  # the buffers are being written: nothing to reuse if that fails
+        n, single.key = encoder.encode_sparse_into(
+            x, single.columns, single.values, grow=grow, previous=previous
+        )
+        return single.columns, single.values, n, False
+    indices, values = encoder.encode_sparse(x, grow=grow)
+    n = int(values.shape[0])
+    # Strictly increasing columns from 0 whose last is n - 1 are exactly 0 .. n-1.
+    return indices, values, n, n > 0 and int(indices[n - 1]) == n - 1
+
+
+def learn_binary_row(
+    learner: LinearLearner,
+    columns: NDArray[np.int64],
+    values: NDArray[np.float64],
+    n: int,
+    *,
+    dense: bool,
+    target: float,
+) -> bool:
+    """One encoded row of a binary learner through :func:`learning._single.learn_binary_one`.
+
+    The encoder vouches for the values; the state is already wide enough for the row.
+    """
+    state = learner._state
+    max_entries = learner._max_entries
+    for _ in range(2):
+        result = _single.learn_binary_one(
+            columns, values, n, dense, target, state.weights, state.weight_sums, state.row_sq,
+            state.log_counts, state.log_rows, state.log_start, state.log_len, state.log_cols,
+            state.log_old, state.counters, learner._voter_columns(), learner.max_voters,
+            max_entries, learner.prequential_voted,
+        )  # fmt: skip
+        if result != _single.NEEDS_ROOM:
+            return bool(result == _single.UPDATED)
+        state.ensure_log_capacity(1, n, learner.max_voters, max_entries)
+    raise AssertionError("the voters' log was grown to the room one update needs")
+
+
+def learn_sparse(
+    learner: LinearLearner,
+    row: tuple[NDArray[np.int64], NDArray[np.float64], int, bool],
+    code: NDArray[Any],
+) -> bool:
+    """One row of :func:`sparse_row`: O(nnz), no dense row of the model's width."""
+    columns, values, n, complete = row
+    encoder = learner.encoder
+    dimension = encoder.dimension
+    single = single_event(learner)
+    if not getattr(encoder, "validated_output", False):
+        indptr = np.array([0, n], dtype=np.int64)
+        batch = CSRBatch(indptr, columns[:n].copy(), values[:n].copy(), dimension)
+        return bool(learner.learn_batch(batch, code).mistakes[0])
+    state = learner._state
+    if dimension > state.weights.shape[1] or state.weights.shape[0] != learner._rows():
+        state.ensure_shape(learner._rows(), dimension)
+    if not learner.multiclass:
+        return learn_binary_row(learner, columns, values, n, dense=complete, target=float(code[0]))
+    single.indptr[1] = n
+    return learn_batch_of_one(learner, (single.indptr, columns[:n], values[:n], 0), n, code)
+
+
+def learn_vector(learner: LinearLearner, vector: NDArray[np.float64], code: NDArray[Any]) -> bool:
+    """One dense row: the same kernels as learn_batch, minus the batch bookkeeping."""
+    if not getattr(learner.encoder, "validated_output", False):
+        return bool(learner.learn_batch(vector[None, :], code).mistakes[0])
+    state = learner._state
+    width = vector.shape[0]
+    if width != state.dimension or state.rows != learner._rows():
+        rows = learner._fit_learning_width(Rows.dense(vector[None, :]))
+        state.ensure_shape(learner._rows(), rows.dimension)
+        vector = rows.values
+        width = vector.shape[0]
+    if not learner.multiclass:
+        columns = dense_columns(single_event(learner), width)
+        return learn_binary_row(learner, columns, vector, width, dense=True, target=float(code[0]))
+    return learn_batch_of_one(learner, Rows.dense(vector[None, :]).kernel_args(), width, code)
+
+
+def learn_batch_of_one(
+    learner: LinearLearner, rows: KernelArgs, entries: int, code: NDArray[Any]
+) -> bool:
+    """One row through the learner's batch kernel (multiclass)."""
+    state = learner._state
+    max_entries = learner._max_entries
+    if state.needs_log_room(entries, learner.max_voters, max_entries):
+        state.ensure_log_capacity(1, entries, learner.max_voters, max_entries)
+    out = single_event(learner).outputs
+    kernel: Callable[..., int] = learner._learning_kernel
+    kernel(
+        *rows, code, state.weights, state.weight_sums, state.row_sq, state.log_counts,
+        state.log_rows, state.log_start, state.log_len, state.log_cols, state.log_old,
+        state.counters, state.rng, learner._voter_columns(), learner.max_voters, max_entries,
+        learner.prequential_voted, NO_CHECK, *out,
+    )  # fmt: skip
+    return bool(out[0][0])
+
+
+def predict_one(learner: LinearLearner, x: Any) -> Hashable:
+    """The label the ``predictor`` hyperparameter predicts for one event (the model unchanged).
+
+    A binary learner's ``last`` and ``averaged`` predictions of a checked row of the model's
+    width take :func:`learning._single.predict_binary_one`; everything else the batch scoring.
+    """
+    encoder: Any = learner.encoder
+    validated = getattr(encoder, "validated_output", False)
+    state = learner._state
+    dimension = state.dimension
+    which = PREDICTOR_CODES[learner.predictor]
+    lean = validated and not learner.multiclass and which != k.VOTED
+    if getattr(encoder, "sparse", False):
+        columns, values, n, complete = sparse_row(learner, x, grow=False)
+        if lean and encoder.dimension <= dimension:
+            code = _single.predict_binary_one(
+                columns, values, n, complete, state.weights, state.weight_sums, state.counters,
+                which,
+            )  # fmt: skip
+            return learner._decode(code)
+        indptr = np.array([0, n], dtype=np.int64)
+        batch = CSRBatch(indptr, columns[:n].copy(), values[:n].copy(), encoder.dimension)
+        rows = prediction_rows(batch, dimension, encoder.growable)
+    else:
+        vector = encoder.encode(x)
+        width = vector.shape[0]
+        if lean and width == dimension:
+            columns = dense_columns(single_event(learner), width)
+            code = _single.predict_binary_one(
+                columns, vector, width, True, state.weights, state.weight_sums, state.counters,
+                which,
+            )  # fmt: skip
+            return learner._decode(code)
+        row = vector[None, :]
+        if validated and width == dimension:
+            rows = Rows.dense(row)
+        else:
+            rows = prediction_rows(row, dimension, encoder.growable)
+    codes, _ = predict_codes(state, rows, predictor_code(learner.predictor), learner.multiclass)
+    return learner._decode(codes.tolist()[0])

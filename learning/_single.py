@@ -1,0 +1,88 @@
+"""Kernels of one event: the binary learners' ``learn_one`` and ``predict_one``.
+
+The batch kernels serve one event too, but for one event a call costs mostly its arguments
+(about 0.1 µs an array, measured): these take fewer, the row being the leading ``n`` entries of
+the learner's reusable buffers, and run the batch kernels' code (``learn_binary`` on a batch of
+one, ``point_prediction``), so the results are bit-identical. They size nothing: when the
+voters' log needs room, :func:`learn_binary_one` returns ``NEEDS_ROOM`` before changing anything
+and the caller grows it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from learning._kernels import PARTIAL_SUMS, SEEN, Floats, Ints, _jit, row_scores
+from learning._learn import learn_binary
+from learning._scoring import point_prediction
+from learning._voters import log_needs_room
+
+NO_CHECK = 0.0
+"""The ``limit`` of a kernel whose row was checked beforehand (the encoder vouches for it)."""
+NEEDS_ROOM = -1
+NO_UPDATE = 0
+UPDATED = 1
+
+
+@_jit
+def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
+    columns: Ints,
+    values: Floats,
+    n: int,
+    dense: bool,
+    target: float,
+    weights: Floats,
+    weight_sums: Floats,
+    row_sq: Floats,
+    log_counts: Ints,
+    log_rows: Ints,
+    log_start: Ints,
+    log_len: Ints,
+    log_cols: Ints,
+    log_old: Floats,
+    counters: Ints,
+    voter_columns: Floats,
+    max_voters: int,
+    max_entries: int,
+    prequential_voted: bool,
+) -> int:
+    """Predict-then-learn the row ``columns[:n]``, ``values[:n]`` (checked values; dense rows:
+    ``columns`` is 0 .. n-1) as :func:`learning._learn.learn_binary` learns a batch of one;
+    UPDATED, NO_UPDATE or NEEDS_ROOM (nothing changed)."""
+    if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
+        return NEEDS_ROOM
+    indptr = np.zeros(2, dtype=np.int64)
+    indptr[1] = n
+    y = np.full(1, target)
+    updates = np.empty(1, dtype=np.bool_)
+    predictions = np.empty(1)
+    margins = np.empty(1)
+    learn_binary(
+        indptr, columns[:n], values[:n], n if dense else 0, y, weights, weight_sums, row_sq,
+        log_counts, log_rows, log_start, log_len, log_cols, log_old, counters,
+        np.zeros(1, dtype=np.uint64), voter_columns, max_voters, max_entries, prequential_voted,
+        NO_CHECK, updates, predictions, margins,
+    )  # fmt: skip
+    return UPDATED if updates[0] else NO_UPDATE
+
+
+@_jit
+def predict_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
+    columns: Ints,
+    values: Floats,
+    n: int,
+    dense: bool,
+    weights: Floats,
+    weight_sums: Floats,
+    counters: Ints,
+    which: int,
+) -> float:
+    """±1 of ``last`` or ``averaged`` for the row ``columns[:n]``, ``values[:n]`` (columns
+    within the weights), as :func:`learning._scoring.predict_binary` decides it."""
+    seen = counters[SEEN]
+    partial = np.empty(PARTIAL_SUMS)
+    score, total = row_scores(
+        weights[0], weight_sums[0], seen, columns[:n], values[:n], dense, partial
+    )
+    code, _ = point_prediction(which, score, total, seen)
+    return code
