@@ -63,6 +63,11 @@ DEFAULT_STATE_READ_TIMEOUT_SECONDS = 30.0
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 """Apache Kafka's default ``transaction.max.timeout.ms``: a longer timeout is refused."""
+TRANSACTION_RETRY_BACKOFF_MS = 20
+"""The transactional producer's retry backoff. The coordinator answers the first
+AddPartitionsToTxn of a transaction with CONCURRENT_TRANSACTIONS while the previous one's markers
+are still being written; the Java producer retries that after 20 ms, kafka-python after its
+``retry_backoff_ms`` (100 ms by default, which would hold each checkpoint ~100 ms)."""
 TIMEOUT_INTERVALS = 2
 """A transaction may stay open this many checkpoint intervals before the broker aborts it."""
 ABORT_TIMEOUT_S = 5.0
@@ -465,6 +470,7 @@ class Owner:
                 "max_request_size": STATE_RECORD_MAX_BYTES,
                 "transactional_id": settings.transactional_id(group),
                 "transaction_timeout_ms": settings.transaction_timeout_ms,
+                "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS,
             },
             build_producer,
         )

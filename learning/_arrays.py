@@ -208,18 +208,19 @@ class LinearState:
         slots = (self.counter(k.LOG_HEAD) + np.arange(n)) % capacity
         lengths = self.log_len[slots]
         entry_capacity = max(self.log_cols.shape[0], 1)
-        positions = np.concatenate(
-            [(self.log_start[s] + np.arange(length)) % entry_capacity
-             for s, length in zip(slots.tolist(), lengths.tolist(), strict=True)]
-            or [np.zeros(0, dtype=np.int64)]
-        )  # fmt: skip
         starts = np.zeros(n, dtype=np.int64)
         if n:
             np.cumsum(lengths[:-1], out=starts[1:])
+        total = int(lengths.sum())
+        within = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        positions = (np.repeat(self.log_start[slots], lengths) + within) % entry_capacity
         columns = self.log_cols[positions]
-        for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
-            if length > 0 and columns[start] == DENSE_RUN:
-                columns[start : start + length] = np.arange(length)
+        if total:  # a dense run's entries are its coordinates 0, 1, 2, ... in canonical form
+            heads = columns[np.minimum(starts, total - 1)]
+            dense = (lengths > 0) & (heads == DENSE_RUN)
+            if dense.any():
+                in_dense_run = np.repeat(dense, lengths)
+                columns[in_dense_run] = within[in_dense_run]
         return {
             "log_counts": self.log_counts[slots].copy(),
             "log_rows": self.log_rows[slots].copy(),
