@@ -57,7 +57,7 @@ LOOKAHEAD = 2_000
 DRAIN_TIMEOUT_S = 180.0
 TAKEOVER_TIMEOUT_S = 90.0
 POLL_S = 0.02
-ASSIGNED_LOG = "assigned ["
+ASSIGNED_LOG = "owner of ["
 ZOMBIE_LOGS = ("not committed", "dead-letter write failed", "lost; checkpointing")
 """What a resumed zombie logs when it finds it was replaced: a failed commit, a failed
 dead-letter write (its producer is fenced), or the partitions lost."""
