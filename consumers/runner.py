@@ -13,6 +13,12 @@ Ordering of effects, which is what makes every event count exactly once:
    on every assignment the consumer seeks to the checkpointed offsets (or, for a partition no
    checkpoint knows, to ``auto_offset_reset``), never to the committed ones.
 
+With ``RunnerSettings.transactions`` (exactly once, :mod:`consumers.transactions`) the order
+is: dead letters join the owner's open transaction; at each checkpoint the state record and the
+group's offsets join it and it commits; only then is the local checkpoint (a cache) written. On
+assignment the owner fences its predecessors, restores the newest committed state and seeks to
+it; a failed transaction voids everything since the last commit.
+
 Rebalances: partitions being revoked (or lost) are checkpointed first; newly assigned ones are
 positioned at the engine's next offsets. The listener runs on kafka-python's IO thread while the
 consumer thread is blocked inside ``poll()``/``close()``, and only touches the engine under its
