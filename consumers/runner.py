@@ -693,6 +693,8 @@ class ConsumerRunner:
         if not (owner.activation_needed or owner.dirty):
             return polled
         kept: dict[Any, list[Any]] = {}
+        if owner.dirty:
+            owner.discard()
         try:
             if owner.activation_needed and consumer.assignment():
                 # Cleared first: an assignment arriving meanwhile (the group's IO thread does not
@@ -766,11 +768,14 @@ class ConsumerRunner:
             return
         names = _partition_names(partitions)
         logger.info("partitions %s %s; checkpointing", names, "lost" if lost else "revoked")
-        if self._owner is not None and lost:
-            # Another member may own them already: nothing of this one's may be committed.
-            self._owner.discard()
-            self._owner.assignor.disown()
-            self._engine.set_owned(())
+        if self._owner is not None:
+            # No blocking call on the group's IO thread: the open transaction is void, and the
+            # consumer thread aborts it and restores the last commit (_transactional_turn).
+            self._owner.dirty = True
+            if lost:
+                # Another member may own them already.
+                self._owner.assignor.disown()
+                self._engine.set_owned(())
             self._applied_since_checkpoint = 0
             return
         if self._applied_since_checkpoint:
