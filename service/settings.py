@@ -111,7 +111,7 @@ class KafkaSettings(_Section):
     group_id: str = Field(default="novikoff", min_length=1)
     dlq_topic: str | None = Field(default=None, min_length=1, max_length=249)
     state_topic: str | None = Field(default=None, min_length=1, max_length=249)
-    transactions: bool = True
+    transactions: bool = False
     client_id: str = "novikoff"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=DEFAULT_SESSION_TIMEOUT_MS, gt=0)

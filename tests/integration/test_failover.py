@@ -45,6 +45,7 @@ from tests.support.state_records import read_raw_state_records
 pytestmark = pytest.mark.integration
 
 COMMITTED = "read_committed"
+TRANSACTIONS_ENV = "NOVIKOFF_KAFKA__TRANSACTIONS"
 
 EVENTS = 20_000
 POISON_EVERY = 100
@@ -176,7 +177,7 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
     settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
     ensure_topics(settings.kafka, [topic_name], partitions=partitions)
     ensure_topics(settings.kafka, [f"{topic_name}.dlq"])
-    env = {} if transactions else {"NOVIKOFF_KAFKA__TRANSACTIONS": "false"}
+    env = {TRANSACTIONS_ENV: "true" if transactions else "false"}
     owner, standby = _instances(tmp_path, kafka_bootstrap, topic_name, stream, env)
     publisher = _publisher(kafka_bootstrap, topic_name, stream, partitions)
     takeovers: list[dict[str, float]] = []
@@ -256,7 +257,9 @@ def test_a_paused_owner_that_lost_its_partition_is_fenced(
     settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
     ensure_topics(settings.kafka, [topic_name, f"{topic_name}.dlq"])
     group = f"{topic_name}-group"
-    owner, standby = _instances(tmp_path, kafka_bootstrap, topic_name, stream, {})
+    owner, standby = _instances(
+        tmp_path, kafka_bootstrap, topic_name, stream, {TRANSACTIONS_ENV: "true"}
+    )
     publisher = _publisher(kafka_bootstrap, topic_name, stream)
     try:
         owner.start()
