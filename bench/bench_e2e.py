@@ -14,8 +14,8 @@ turns, ``ROUNDS`` times each, with a fresh consumer group every time:
   :func:`service.assembly.build_service` driven by a :class:`consumers.runner.ConsumerRunner` with
   the service's runner settings: poll, exactly-once filter, decode + validate, learn, bound,
   metrics, checkpoints (atomic files, every ``checkpoint.every_events`` / ``every_seconds``) and
-  group commits after each checkpoint; on Apache Kafka each checkpoint is a transaction (state
-  record + offsets, ``[kafka] transactions``), on Tansu there are none (as in the demo).
+  group commits after each checkpoint; with ``[kafka] transactions`` on, each checkpoint is also
+  a transaction (state record + offsets); never on Tansu (as in the demo).
 
 Both clocks start when the first ``poll()`` returns records (so the ~3 s group join is not
 counted on either side) and stop when the last record was read (reference) or learned (ours: the

@@ -12,7 +12,11 @@ dlq
 checkpoint
     The atomic, checksummed checkpoint store.
 state_topic
-    The state topic's records (key and checkpoint-framed value).
+    The state topic's records (key and checkpoint-framed value) and their reader.
+ownership
+    The single-owner partition assignor (one member of a group learns every partition).
+transactions
+    Exactly once: the owner's transactional producer, restore on assignment, commit per checkpoint.
 engine
     Learner + bound tracker + counters + partition offsets; immutable snapshots for readers.
 runner

@@ -15,6 +15,12 @@ Ordering of effects, which is what makes every event count exactly once:
    on every assignment the consumer seeks to the checkpointed offsets (or, for a partition no
    checkpoint knows, to ``auto_offset_reset``), never to the committed ones.
 
+With ``RunnerSettings.transactions`` (exactly once, :mod:`consumers.transactions`) the order
+is: dead letters join the owner's open transaction; at each checkpoint the state record and the
+group's offsets join it and it commits; only then is the local checkpoint (a cache) written. On
+assignment the owner fences its predecessors, restores the newest committed state and seeks to
+it; a failed transaction voids everything since the last commit.
+
 Rebalances: partitions being revoked (or lost) are checkpointed first; newly assigned ones are
 positioned at the engine's next offsets. The listener runs on kafka-python's IO thread while the
 consumer thread is blocked inside ``poll()``/``close()``, and only touches the engine under its
@@ -484,8 +490,11 @@ class ConsumerRunner:
         polled = consumer.poll(
             timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
         )
-        if self._owner is not None and self._transactional_turn(consumer):
-            return
+        if self._owner is not None:
+            turned = self._transactional_turn(consumer, polled)
+            if turned is None:
+                return
+            polled = turned
         records = self._fresh_records(polled)
         if polled:
             self._set_connected()
@@ -671,16 +680,23 @@ class ConsumerRunner:
             logger.warning("state topic not read at start (%r); it is read on assignment", exc)
         return True
 
-    def _transactional_turn(self, consumer: Consumer) -> bool:
-        """Fence, restore and seek after an assignment, or drop void work; whether it acted.
+    def _transactional_turn(
+        self, consumer: Consumer, polled: Mapping[Any, list[Any]]
+    ) -> Mapping[Any, list[Any]] | None:
+        """Fence, restore and seek after an assignment, or drop void work.
 
-        Records polled in the same round were fetched from positions set before the restore and
-        are dropped: the seek below fetches them again from the restored offsets.
+        Returns the polled records the round may go on with (``None``: none, end the round).
+        After an activation, a partition's records are kept when they start at the restored next
+        offset (or the restored state has no offset for it); the others are dropped and their
+        partitions sought to the restored offsets.
         """
         owner = self._owner
         assert owner is not None
         if not (owner.activation_needed or owner.dirty):
-            return False
+            return polled
+        kept: dict[Any, list[Any]] = {}
+        if owner.dirty:
+            owner.discard()
         try:
             if owner.activation_needed and consumer.assignment():
                 # Cleared first: an assignment arriving meanwhile (the group's IO thread does not
@@ -692,8 +708,19 @@ class ConsumerRunner:
                     owner.activation_needed = True
                     raise
                 assigned = consumer.assignment()
-                self._seek_to_engine(consumer, assigned)
+                kept = {
+                    tp: records
+                    for tp, records in polled.items()
+                    if tp in assigned
+                    and records
+                    and self._engine.next_offset(tp.topic, tp.partition)
+                    in (None, records[0].offset)
+                }
+                self._seek_to_engine(consumer, [tp for tp in assigned if tp not in kept])
                 self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)
+                logger.info(
+                    "owner of %s; resuming from the restored state", _partition_names(assigned)
+                )
             else:
                 owner.activation_needed = False
                 owner.restore()
@@ -701,15 +728,15 @@ class ConsumerRunner:
             logger.error("consumer cannot learn: %s; stopping", exc)
             self._set_disconnected(str(exc))
             self._stop.set()
-            return True
+            return None
         except Exception as exc:
             logger.warning("cannot take over the partitions yet (%r); retrying", exc)
             self._set_disconnected(f"restoring the state from Kafka: {exc!r}")
             self._stop.wait(self._backoff.next())
-            return True
+            return None
         self._applied_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
-        return True
+        return kept or None
 
     def _commit(self, offsets: Mapping[PartitionKey, int], *, blocking: bool) -> None:
         consumer = self._consumer
@@ -743,11 +770,14 @@ class ConsumerRunner:
             return
         names = _partition_names(partitions)
         logger.info("partitions %s %s; checkpointing", names, "lost" if lost else "revoked")
-        if self._owner is not None and lost:
-            # Another member may own them already: nothing of this one's may be committed.
-            self._owner.discard()
-            self._owner.assignor.disown()
-            self._engine.set_owned(())
+        if self._owner is not None:
+            # No blocking call on the group's IO thread: the open transaction is void, and the
+            # consumer thread aborts it and restores the last commit (_transactional_turn).
+            self._owner.dirty = True
+            if lost:
+                # Another member may own them already.
+                self._owner.assignor.disown()
+                self._engine.set_owned(())
             self._applied_since_checkpoint = 0
             return
         if self._applied_since_checkpoint:

@@ -3,8 +3,9 @@
 Ownership
     The model is one state (one record per group and model in the state topic), so one member of
     the consumer group owns *every* partition of the events topic and the others stand by:
-    :class:`SingleOwnerAssignor` gives all partitions to the current owner (the member whose
-    newest assignment has the highest generation) and, when there is none, to the first member.
+    :class:`~consumers.ownership.SingleOwnerAssignor` gives all partitions to the current owner
+    (the member whose newest assignment has the highest generation) and, when there is none, to
+    the first member.
 
 Transactions
     The owner's producer has a stable ``transactional.id`` (:attr:`TransactionSettings.
@@ -31,17 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
-from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from kafka.errors import MessageSizeTooLargeError
-from kafka.protocol.consumer.metadata import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from consumers.checkpoint import CheckpointStore
 from consumers.dlq import ProducerFuture
 from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
+from consumers.ownership import SingleOwnerAssignor
 from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
 from consumers.state_topic import (
     STATE_RECORD_MAX_BYTES,
@@ -53,11 +50,6 @@ from learning import StateError
 
 logger = logging.getLogger(__name__)
 
-ASSIGNOR_NAME = "novikoff-single-owner"
-ASSIGNOR_VERSION = 0
-NOT_OWNER = -1
-"""The generation a member that owns nothing announces."""
-GENERATION_BYTES = 8
 TRANSACTIONAL_ID_PREFIX = "novikoff"
 DEFAULT_STATE_READ_TIMEOUT_SECONDS = 30.0
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
@@ -112,57 +104,6 @@ class TransactionSettings:
     def transactional_id(self, group: str) -> str:
         """The owner's ``transactional.id``: the same for every owner of ``group``'s model."""
         return f"{TRANSACTIONAL_ID_PREFIX}-{group}-{self.model_id}"
-
-
-class SingleOwnerAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """Every subscribed partition to one member: the current owner, else the first member.
-
-    Each member announces, in its subscription's user data, the generation of its newest
-    non-empty assignment (:data:`NOT_OWNER` when it owns nothing). The member announcing the
-    highest generation keeps everything, so a standby joining never moves the model, and a
-    zombie that was replaced announces an older generation than its successor.
-    """
-
-    name = ASSIGNOR_NAME
-    version = ASSIGNOR_VERSION
-
-    def __init__(self) -> None:
-        self._owned_generation = NOT_OWNER
-
-    def disown(self) -> None:
-        """Forget ownership (the partitions were lost or revoked for good)."""
-        self._owned_generation = NOT_OWNER
-
-    def metadata(self, topics: Any) -> Any:
-        user_data = self._owned_generation.to_bytes(GENERATION_BYTES, "big", signed=True)
-        return ConsumerProtocolSubscription(self.version, sorted(topics), user_data)
-
-    def on_assignment(self, assignment: Any, generation: int) -> None:
-        self._owned_generation = generation if assignment.partitions() else NOT_OWNER
-
-    def assign(self, cluster: Any, members: Sequence[Any]) -> dict[str, Any]:
-        owner = min(members, key=lambda m: (-_announced_generation(m), m.member_id)).member_id
-        topics = sorted({topic for member in members for topic in member.metadata.topics})
-        owned = []
-        for topic in topics:
-            partitions = cluster.partitions_for_topic(topic)
-            if partitions is None:
-                logger.warning("no partition metadata for topic %s", topic)
-                continue
-            owned.append((topic, sorted(partitions)))
-        return {
-            member.member_id: ConsumerProtocolAssignment(
-                self.version, owned if member.member_id == owner else [], b""
-            )
-            for member in members
-        }
-
-
-def _announced_generation(member: Any) -> int:
-    data = getattr(member.metadata, "user_data", b"") or b""
-    if len(data) != GENERATION_BYTES:
-        return NOT_OWNER
-    return int.from_bytes(data, "big", signed=True)
 
 
 def transaction_timeout_ms(checkpoint_every_seconds: float) -> int:

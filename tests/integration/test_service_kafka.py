@@ -24,7 +24,6 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.demo import TANSU_TRANSACTIONS
 from service.model import build_learner, build_tracker
 from service.settings import load_settings
 from service.synthetic import SyntheticStream
@@ -41,20 +40,13 @@ POLL_S = 0.1
 
 
 def config_text(
-    bootstrap: str,
-    topic: str,
-    port: int,
-    state: Path,
-    extra: str,
-    checkpoint_every: int,
-    transactions: bool = True,
+    bootstrap: str, topic: str, port: int, state: Path, extra: str, checkpoint_every: int
 ) -> str:
     return f"""
 [kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{topic}"
 group_id = "{topic}-group"
-transactions = {str(transactions).lower()}
 {group_timing_toml()}
 [http]
 port = {port}
@@ -151,26 +143,15 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def serve(
-    request: pytest.FixtureRequest, tmp_path: Path, bootstrap: str, topic_name: str
-) -> Iterator[Any]:
-    """Start ``novikoff serve`` with the given extra config; every process is killed at the end.
-
-    On Tansu the service runs as the demo does there, without transactions
-    (``service.demo.TANSU_TRANSACTIONS``).
-    """
+def serve(tmp_path: Path, bootstrap: str, topic_name: str) -> Iterator[Any]:
+    """Start ``novikoff serve`` with the given extra config; every process is killed at the end."""
     processes: list[ServeProcess] = []
     port = free_port()
     state = tmp_path / "state"
-    callspec = getattr(request.node, "callspec", None)
-    on_tansu = callspec is not None and callspec.params.get("bootstrap") == "tansu"
-    transactions = TANSU_TRANSACTIONS if on_tansu else True
 
     def start(extra: str = "", checkpoint_every: int = 10_000) -> ServeProcess:
         config = tmp_path / "novikoff.toml"
-        text = config_text(
-            bootstrap, topic_name, port, state, extra, checkpoint_every, transactions
-        )
+        text = config_text(bootstrap, topic_name, port, state, extra, checkpoint_every)
         config.write_text(text)
         process = ServeProcess(config, port, tmp_path / f"serve-{len(processes)}.log")
         processes.append(process)

@@ -36,6 +36,9 @@ READ_TIMEOUT_S = 10.0
 EXIT_TIMEOUT_S = 60.0
 POLL_MS = 500
 EVENTS = 200
+TRANSACTIONS_ENV = "NOVIKOFF_KAFKA__TRANSACTIONS"
+COMMITTED_LOG = "committed"
+"""Logged once a state record is committed (``state record N committed ...``)."""
 
 
 def _engine(dim: int = 2) -> Engine:
@@ -130,6 +133,7 @@ def test_serve_refuses_to_start_on_a_state_topic_of_another_model(
         log_path=tmp_path / "first" / "serve.log",
         group_id=group,
     )
+    first.extra_env[TRANSACTIONS_ENV] = "true"
     second = FaultyService(
         workdir=_dir(tmp_path, "second"),
         bootstrap=kafka_bootstrap,
@@ -138,10 +142,12 @@ def test_serve_refuses_to_start_on_a_state_topic_of_another_model(
         log_path=tmp_path / "second" / "serve.log",
         group_id=group,
     )
+    second.extra_env[TRANSACTIONS_ENV] = "true"
     try:
         first.start()
         first.wait_for("learning", lambda s: s["seen"] == EVENTS, EXIT_TIMEOUT_S)
-        first.stop()  # SIGTERM: a final state record is committed
+        first.wait_for("committing", lambda s: COMMITTED_LOG in first.log_text, EXIT_TIMEOUT_S)
+        first.stop()
         second.start(wait_ready=False)
         if dim == 4:
             second.wait_ready()

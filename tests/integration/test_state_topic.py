@@ -33,6 +33,7 @@ from tests.support.state_records import read_raw_state_records
 pytestmark = pytest.mark.integration
 
 COMMITTED = "read_committed"
+TRANSACTIONS_ENV = "NOVIKOFF_KAFKA__TRANSACTIONS"
 UNCOMMITTED = "read_uncommitted"
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,8 +84,7 @@ def test_a_lost_checkpoint_directory_is_restored_from_the_state_topic(
     produced = publish(kafka_bootstrap, topic_name, _plan(stream, FIRST, 1, plan))  # type: ignore[arg-type]
     group = f"{topic_name}-group"
     first = _service(tmp_path, "machine-1", kafka_bootstrap, topic_name, stream, group)
-    if not transactions:
-        first.extra_env["NOVIKOFF_KAFKA__TRANSACTIONS"] = "false"
+    first.extra_env[TRANSACTIONS_ENV] = "true" if transactions else "false"
     second = _service(tmp_path, "machine-2", kafka_bootstrap, topic_name, stream, group)
     second.extra_env.update(first.extra_env)
     try:
@@ -149,8 +149,11 @@ def test_a_kill_between_the_sends_and_the_commit_leaves_nothing_of_the_batch(
         log_path=workdir / "serve.log",
         group_id=group,
     )
-    killed.extra_env.update({KILL_AT_COMMIT_ENV: str(KILL_AT_COMMIT), "PYTHONPATH": str(REPO)})
+    killed.extra_env.update(
+        {KILL_AT_COMMIT_ENV: str(KILL_AT_COMMIT), "PYTHONPATH": str(REPO), TRANSACTIONS_ENV: "true"}
+    )
     service = _service(tmp_path, "restart", kafka_bootstrap, topic_name, stream, group)
+    service.extra_env[TRANSACTIONS_ENV] = "true"
     dlq = f"{topic_name}.dlq"
     state_topic = f"{topic_name}.state"
     try:

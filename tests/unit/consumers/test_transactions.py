@@ -8,11 +8,10 @@ from typing import Any
 import pytest
 from kafka.errors import MessageSizeTooLargeError, ProducerFencedError
 
+from consumers.ownership import NOT_OWNER, SingleOwnerAssignor
 from consumers.state_topic import decode_state_record
 from consumers.transactions import (
     DEAD_LETTER_MAX_BYTES,
-    NOT_OWNER,
-    SingleOwnerAssignor,
     TransactionalProducer,
     TransactionError,
 )
