@@ -46,6 +46,7 @@ STREAM = Stream(dim=4, seed=23, count=3_000, malformed=0.02)
 CHECKPOINT_ENV = {
     "NOVIKOFF_CHECKPOINT__EVERY_EVENTS": "500",
     "NOVIKOFF_CHECKPOINT__EVERY_SECONDS": "0.5",
+    "NOVIKOFF_KAFKA__TRANSACTIONS": "true",  # the learner writes state records only with them
 }
 CONVERGE_TIMEOUT_S = 60.0
 POLL_S = 0.2
@@ -205,6 +206,7 @@ def test_a_state_record_above_the_topic_limit_is_split_and_the_replica_reassembl
     learner_env = {
         "NOVIKOFF_KAFKA__GROUP_ID": group,
         "NOVIKOFF_KAFKA__STATE_RECORD_MAX_BYTES": str(CHUNK_BYTES),
+        "NOVIKOFF_KAFKA__TRANSACTIONS": "true",
         **CHECKPOINT_ENV,
     }
     learner = _service(

@@ -247,6 +247,8 @@ def test_novikoff_config_loads_with_the_compose_environment(
     assert settings.http.auth == "token"
     assert "/metrics" in settings.http.open_paths, "the bundled Prometheus scrapes without a token"
     assert settings.service.role == role_of(name)
+    # Learners write the state records replicas follow only with transactions on.
+    assert settings.kafka.transactions or role_of(name) == "replica"
 
 
 @pytest.mark.parametrize("name", SERVERS)

@@ -125,6 +125,8 @@ def deployment_problems(
         component, port = labels.get(COMPONENT_LABEL), http_port(container)
         if settings.service.role != component:
             yield f"{where}: role {settings.service.role} but component {component}"
+        if component == "learner" and not settings.kafka.transactions:
+            yield f"{where}: a learner without kafka.transactions writes no state for replicas"
         if port != settings.http.port:
             yield f"{where}: port {HTTP_PORT_NAME} is {port}, http.port is {settings.http.port}"
         if settings.http.host != "0.0.0.0":
@@ -277,6 +279,12 @@ def _wrong_role(docs: Documents) -> None:
     _env(_container(docs, "learner"), "NOVIKOFF_SERVICE__ROLE")["value"] = "replica"
 
 
+def _no_transactions(docs: Documents) -> None:
+    _container(docs, "learner")["env"].append(
+        {"name": "NOVIKOFF_KAFKA__TRANSACTIONS", "value": "false"}
+    )
+
+
 def _wrong_target_port(docs: Documents) -> None:
     of_kind(docs, "Service")[0]["spec"]["ports"][0]["targetPort"] = "metrics"
 
@@ -301,6 +309,7 @@ def _wrong_scrape_path(docs: Documents) -> None:
         (_swapped_probes, "livenessProbe asks '/readyz'"),
         (_wrong_container_port, "port http is 8080"),
         (_wrong_role, "role replica but component learner"),
+        (_no_transactions, "writes no state for replicas"),
         (_wrong_target_port, "targetPort 'metrics'"),
         (_wrong_selector, "selects no pod"),
         (_wrong_scrape_path, "scrapes /stats"),
