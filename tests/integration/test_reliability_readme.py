@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.integration.test_failover as failover
 import tests.integration.test_reliability_crash as crash
 import tests.integration.test_reliability_http_fuzz as fuzz
 import tests.integration.test_reliability_security as security
@@ -24,6 +25,7 @@ SECTION = "## Reliability"
 MIB = 1024 * 1024
 KIB = 1024
 PERCENT = 100
+FAILOVER_TEST = failover.test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once
 
 
 def reliability_section(text: str) -> str:
@@ -37,9 +39,26 @@ def phases(names: tuple[str, ...]) -> str:
     return f"phases {', '.join(names[:-1])} and {names[-1]}"
 
 
+def failover_kills() -> int:
+    """The most owner SIGKILLs one failover run makes (its parametrisation's ``kills``)."""
+    (cases,) = (m for m in FAILOVER_TEST.pytestmark if m.name == "parametrize")
+    names, rows = cases.args
+    return max(row[list(map(str.strip, names)).index("kills")] for row in rows)
+
+
+def kill_points(kills: int) -> str:
+    points = [f"{number / (kills + 1):.0%}" for number in range(1, kills + 1)]
+    return f"at {', '.join(points[:-1])} and {points[-1]} of it"
+
+
 def quoted_figures() -> list[str]:
     """Every figure the section must state, as the section words it."""
+    kills = failover_kills()
     return [
+        # failover
+        f"a {failover.EVENTS:,}-event stream ({failover.EVENTS // failover.POISON_EVERY} poison "
+        f"records) at {failover.RATE:,.0f}/s",
+        f"{kills} SIGKILLs of the owner, {kill_points(kills)}",
         # crash
         f"{crash.KILLS} SIGKILLs per run",
         f"each ≥ {crash.MIN_PROGRESS_STEP:.0%} of the stream",
