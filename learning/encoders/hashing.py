@@ -52,7 +52,7 @@ from learning.encoders._common import (
     checked_value,
     value_error,
 )
-from learning.encoders._murmur import hashed_row
+from learning.encoders._murmur import INT32_MIN, hashed_row, murmur_bucket
 from learning.errors import FeatureError
 
 logger = logging.getLogger(__name__)
@@ -67,8 +67,6 @@ MAX_HASH_BITS = 24
 HASH_DIGEST_BYTES = 8
 SIGN_BIT = 63
 MURMUR_SEED = 0
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 HASH_CACHE_SIZE = 131_072
 """BLAKE2b names whose (column, sign) are remembered; the cache is emptied when full. It holds a
 100,000-word vocabulary whole (about 15 MB), so a text stream hashes each word once."""
@@ -170,12 +168,7 @@ class HashingEncoder(ObjectEncoder):
                 "bad_feature_name", f"feature name {name!r:.40} is not valid Unicode"
             ) from None
         h = mmh3.hash(key, MURMUR_SEED, True)
-        return (self._murmur_bucket(h) + self.offset) << 1 | (h < 0)
-
-    def _murmur_bucket(self, h: int) -> int:
-        """scikit-learn's bucket of a signed 32-bit hash (see the module docs for -2^31)."""
-        n = self.n_buckets
-        return (INT32_MAX - (n - 1)) % n if h == INT32_MIN else abs(h) % n
+        return (murmur_bucket(h, self.n_buckets) + self.offset) << 1 | (h < 0)
 
     def _murmur_columns(
         self, names: list[Any]
@@ -191,7 +184,7 @@ class HashingEncoder(ObjectEncoder):
             return None
         hashes = np.fromiter(map(mmh3.hash, names), dtype=np.int64, count=len(names))
         buckets = np.abs(hashes) % self.n_buckets
-        buckets[hashes == INT32_MIN] = self._murmur_bucket(INT32_MIN)
+        buckets[hashes == INT32_MIN] = murmur_bucket(INT32_MIN, self.n_buckets)
         return buckets + self.offset, hashes < 0
 
     def _blake2b_code(self, name: Hashable) -> int:
