@@ -119,20 +119,12 @@ def _instances(
     tmp_path: Path, bootstrap: str, topic: str, stream: ConfiguredStream, env: dict[str, str]
 ) -> tuple[FaultyService, FaultyService]:
     group = f"{topic}-group"
-    made = []
-    for name in ("owner", "standby"):
-        workdir = tmp_path / name
-        workdir.mkdir()
-        service = FaultyService(
-            workdir=workdir,
-            bootstrap=bootstrap,
-            topic=topic,
-            stream=stream,
-            log_path=workdir / "serve.log",
-            group_id=group,
+    made = [
+        FaultyService.in_workdir(
+            tmp_path, name, bootstrap=bootstrap, topic=topic, stream=stream, group_id=group, env=env
         )
-        service.extra_env.update(env)
-        made.append(service)
+        for name in ("owner", "standby")
+    ]
     return made[0], made[1]
 
 

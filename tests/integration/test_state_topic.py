@@ -61,15 +61,8 @@ def _plan(stream: ConfiguredStream, count: int, seed: int, plan: EventPlan) -> l
 def _service(
     tmp_path: Path, name: str, bootstrap: str, topic: str, stream: ConfiguredStream, group: str
 ) -> FaultyService:
-    workdir = tmp_path / name
-    workdir.mkdir()
-    return FaultyService(
-        workdir=workdir,
-        bootstrap=bootstrap,
-        topic=topic,
-        stream=stream,
-        log_path=workdir / "serve.log",
-        group_id=group,
+    return FaultyService.in_workdir(
+        tmp_path, name, bootstrap=bootstrap, topic=topic, stream=stream, group_id=group
     )
 
 
@@ -139,18 +132,18 @@ def test_a_kill_between_the_sends_and_the_commit_leaves_nothing_of_the_batch(
     produced = publish(kafka_bootstrap, topic_name, _plan(stream, FIRST, 3, plan))  # type: ignore[arg-type]
     ledger = Ledger(topic_name, produced)
     group = f"{topic_name}-group"
-    workdir = tmp_path / "serve"
-    workdir.mkdir()
-    killed = CommitKilledService(
-        workdir=workdir,
+    killed = CommitKilledService.in_workdir(
+        tmp_path,
+        "serve",
         bootstrap=kafka_bootstrap,
         topic=topic_name,
         stream=stream,
-        log_path=workdir / "serve.log",
         group_id=group,
-    )
-    killed.extra_env.update(
-        {KILL_AT_COMMIT_ENV: str(KILL_AT_COMMIT), "PYTHONPATH": str(REPO), TRANSACTIONS_ENV: "true"}
+        env={
+            KILL_AT_COMMIT_ENV: str(KILL_AT_COMMIT),
+            "PYTHONPATH": str(REPO),
+            TRANSACTIONS_ENV: "true",
+        },
     )
     service = _service(tmp_path, "restart", kafka_bootstrap, topic_name, stream, group)
     service.extra_env[TRANSACTIONS_ENV] = "true"

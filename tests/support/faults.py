@@ -13,9 +13,10 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import numpy as np
@@ -62,6 +63,32 @@ class FaultyService(RunningService):
     group_id: str = field(default_factory=lambda: f"novikoff-{uuid.uuid4().hex[:8]}")
     incarnation: int = 0
     logs: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def in_workdir(
+        cls,
+        root: Path,
+        name: str,
+        *,
+        bootstrap: str,
+        topic: str,
+        stream: Stream,
+        group_id: str,
+        env: Mapping[str, str] | None = None,
+    ) -> Self:
+        """An instance working in the new directory ``root/name``, logging to ``serve.log``."""
+        workdir = root / name
+        workdir.mkdir()
+        service = cls(
+            workdir=workdir,
+            bootstrap=bootstrap,
+            topic=topic,
+            stream=stream,
+            log_path=workdir / "serve.log",
+            group_id=group_id,
+        )
+        service.extra_env.update(env or {})
+        return service
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
