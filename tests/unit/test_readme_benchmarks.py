@@ -11,6 +11,7 @@ import bench.bench_e2e as e2e
 import bench.bench_learner as learner
 import bench.bench_pipeline as pipeline
 import bench.bench_predict as predict
+import bench.bench_replicas as replicas
 from tests.unit.test_readme_sparse import BENCHMARKS, bar_rows, raw_section, section
 
 
@@ -25,6 +26,7 @@ def expected_rows() -> dict[str, tuple[str, str]]:
         "`predict_c16_p99_ms`": (f"the {predict.P99_LIMIT_MS:g} ms limit", "below it"),
         "`predict_batch_per_s`": (f"the {predict.BATCH_TARGET_PER_S:,.0f}/s target", "above it"),
         f"`learner_d{{{dimensions}}}_vs_river`": ("", learner_bars),
+        "`predict_replicas2_vs_1`": ("", f"{replicas.RATE_BAR:g}x"),
     }
 
 

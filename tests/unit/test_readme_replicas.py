@@ -8,7 +8,7 @@ import bench.bench_replicas as replicas_bench
 import bench.bench_state_size as size_bench
 import tests.integration.test_replicas as replicas_test
 from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES
-from service.settings import DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS
+from service.settings import DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS, load_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 KIB = 1024
@@ -59,3 +59,5 @@ def test_the_settings_table_gives_the_defaults() -> None:
         in text
     )
     assert f"| `kafka.state_record_max_bytes` | {DEFAULT_MAX_RECORD_BYTES} |" in text
+    transactions = str(load_settings().kafka.transactions).lower()
+    assert f"| `kafka.transactions` | `{transactions}` |" in text
