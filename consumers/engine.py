@@ -157,11 +157,15 @@ class EngineSnapshot:
     taken_at: float
     description: Mapping[str, Any] = field(repr=False)
     voted: Mapping[str, int] = field(default_factory=dict)
+    mixing: Mapping[str, Any] | None = None
+    """Mixing mode only (:mod:`consumers.mixing`): the ``/stats`` ``mixing`` section."""
+    mixed_round: int | None = None
+    """Mixing mode only: the round of the mixed model served."""
 
     @property
     def model_version(self) -> int:
-        """Increments with every update of the weights."""
-        return self.predictor.version
+        """Increments with every update of the weights (in mixing mode: the mixed round)."""
+        return self.predictor.version if self.mixed_round is None else self.mixed_round
 
     @property
     def lag(self) -> int:
@@ -184,6 +188,7 @@ class EngineSnapshot:
             "lag": self.lag,
             "model_version": self.model_version,
             "events_per_second": self.events_per_second,
+            **({} if self.mixing is None else {"mixing": dict(self.mixing)}),
         }
 
     @cached_property
@@ -460,6 +465,8 @@ class Engine:
         self._snapshot: EngineSnapshot
         self._restore_report: RestoreReport | None = None
         self._owned: frozenset[PartitionKey] | None = None
+        self._mixing: Mapping[str, Any] | None = None
+        self._mixed_round: int | None = None
         self._install(learner, tracker)
 
     # -- read side ------------------------------------------------------------------------------
@@ -593,6 +600,47 @@ class Engine:
             if (topic, partition) not in self._partitions:
                 self._partitions[(topic, partition)] = _Partition(next_offset)
                 self._snapshot = replace(self._snapshot, partitions=self._frozen_partitions())
+
+    # -- mixing mode (consumers.mixing) ---------------------------------------------------------
+
+    def publish_mixed(
+        self,
+        learner: LinearLearner,
+        invalid: Mapping[str, int],
+        mixed_round: int,
+        progress: Mapping[PartitionKey, tuple[int, int, int, int]],
+    ) -> None:
+        """Serve ``learner``, the mixed model of round ``mixed_round`` (same encoder and labels).
+
+        ``progress`` gives, per partition, what the mixed rounds covered: offsets
+        ``[start, end)``, events learned and records rejected.
+        """
+        with self._lock:
+            for key, (start, end, learned, rejected) in progress.items():
+                state = self._partitions.get(key) or _Partition(start)
+                state.applied = [[start, end]] if end > start else []
+                state.next_offset, state.learned, state.rejected = end, learned, rejected
+                self._partitions[key] = state
+            self._learner = learner
+            self._invalid = Counter(invalid)
+            self._mixed_round = mixed_round
+            self._publish()
+        if self._restore_report is None:
+            # The first mixed model: the service is ready.
+            self._restore_report = RestoreReport(
+                restored=mixed_round > 0,
+                path=None,
+                sequence=mixed_round,
+                skipped=(),
+                seen=learner.n_seen,
+                partitions=len(progress),
+            )
+
+    def set_mixing(self, section: Mapping[str, Any]) -> None:
+        """Replace the ``/stats`` ``mixing`` section."""
+        with self._lock:
+            self._mixing = section
+            self._snapshot = replace(self._snapshot, mixing=section)
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -827,6 +875,8 @@ class Engine:
             taken_at=now,
             description=self._description(),
             voted={"voters": learner.n_voters, "dropped_voters": learner.dropped_voters},
+            mixing=self._mixing,
+            mixed_round=self._mixed_round,
         )
         self._snapshot = snapshot
         return snapshot

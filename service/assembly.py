@@ -21,8 +21,10 @@ from prometheus_client import CollectorRegistry
 
 from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.mixing.runner import MixingOptions, MixingRunner
 from consumers.runner import ConsumerRunner, RunnerSettings
 from consumers.transactions import TransactionSettings, transaction_timeout_ms
+from learning.mixing import DistributedBound
 from service.app import create_app
 from service.logs import configure_logging
 from service.metrics import Metrics
@@ -30,7 +32,7 @@ from service.model import ReferenceError, build_learner, build_tracker
 from service.replica import Replica
 from service.server import HttpServer
 from service.settings import Settings
-from service.topics import ensure_state_topic
+from service.topics import ensure_contributions_topic, ensure_state_topic
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +142,11 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         replica = Replica(settings, engine, metrics)
         runner = replica.follower
         app = create_app(settings, replica, replica, metrics)
+    elif settings.mixing.enabled:
+        # Mixing mode: the model lives in the contributions topic; no local checkpoint.
+        mixing = build_mixing_runner(settings, engine)
+        runner = mixing
+        app = create_app(settings, engine, mixing, metrics)
     else:
         try:
             store = CheckpointStore(settings.checkpoint.path)
@@ -166,6 +173,28 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
         ssl_options=settings.http.uvicorn_ssl_options(),
     )
     return Service(settings, registry, metrics, engine, runner, app, http)
+
+
+def build_mixing_runner(settings: Settings, engine: Engine) -> MixingRunner:
+    """The mixing-mode worker (``[mixing] round_events > 0``)."""
+    template = engine.tracker
+    return MixingRunner(
+        engine,
+        runner_settings(settings),
+        MixingOptions(
+            round_events=settings.mixing.round_events,
+            round_seconds=settings.mixing.round_seconds,
+            contributions_topic=settings.mixing.contributions_topic_name(settings.kafka.topic),
+        ),
+        lambda: build_learner(settings.model),
+        lambda partitions: DistributedBound(
+            template.references,
+            partitions,
+            gamma_grid=template.gamma_grid,
+            multiclass=template.multiclass,
+        ),
+        ensure_topics=lambda: ensure_contributions_topic(settings),
+    )
 
 
 def transaction_settings(settings: Settings) -> TransactionSettings | None:

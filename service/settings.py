@@ -38,6 +38,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from consumers.mixing.contribution import default_contributions_topic
 from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES
 from consumers.state_topic import default_state_topic
 from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
@@ -388,6 +389,28 @@ class LoggingSettings(_Section):
         return value.upper() if isinstance(value, str) else value
 
 
+class MixingSettings(_Section):
+    """Partition-parallel learning with iterative parameter mixing (``consumers.mixing``).
+
+    Off while ``round_events`` is 0. With R > 0 every partition of the topic is a shard: each
+    learns its next R valid events from the newest mixed weights, and the shards' weights are
+    averaged into the next mixed model once all have finished the round.
+    """
+
+    round_events: int = Field(default=0, ge=0)
+    round_seconds: float = Field(default=0.0, ge=0)
+    contributions_topic: str | None = Field(default=None, min_length=1, max_length=249)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether mixing mode is on."""
+        return self.round_events > 0
+
+    def contributions_topic_name(self, topic: str) -> str:
+        """``contributions_topic``, or ``<topic>.mixing`` when it is not set."""
+        return self.contributions_topic or default_contributions_topic(topic)
+
+
 ROLES = ("learner", "replica")
 Role = Literal["learner", "replica"]
 
@@ -420,6 +443,22 @@ class Settings(BaseSettings):
     checkpoint: CheckpointSettings = CheckpointSettings()
     logging: LoggingSettings = LoggingSettings()
     service: ServiceSettings = ServiceSettings()
+    mixing: MixingSettings = MixingSettings()
+
+    @model_validator(mode="after")
+    def _mixing_needs_fixed_shapes(self) -> Settings:
+        if not self.mixing.enabled:
+            return self
+        if self.model.encoding == "vocabulary":
+            raise ValueError(
+                'mixing needs a fixed encoder: shards cannot mix the growing "vocabulary" '
+                'encoding (use "hashing")'
+            )
+        if self.model.variant == "multiclass" and not self.model.classes:
+            raise ValueError("mixing a multiclass model needs its classes declared")
+        if self.service.role == "replica":
+            raise ValueError("mixing is a learner setting; a replica serves no mixed model yet")
+        return self
 
     @model_validator(mode="after")
     def _replica_follows_a_fixed_encoder(self) -> Settings:

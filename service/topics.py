@@ -9,8 +9,9 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from consumers.mixing.contribution import CONTRIBUTION_TOPIC_CONFIGS
 from consumers.state_topic import STATE_TOPIC_CONFIGS
-from service.settings import KafkaSettings
+from service.settings import KafkaSettings, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -70,3 +71,13 @@ def ensure_state_topic(kafka: KafkaSettings) -> list[str]:
     One partition: the topic holds one record per (group, model), compacted to the newest.
     """
     return ensure_topics(kafka, [kafka.state_topic_name], configs=STATE_TOPIC_CONFIGS)
+
+
+def ensure_contributions_topic(settings: Settings) -> list[str]:
+    """Create the mixing contributions topic if it does not exist yet.
+
+    One partition (one total order of contributions), kept for ever: a (re)started learner
+    rebuilds the mixed models by reading it from the start.
+    """
+    name = settings.mixing.contributions_topic_name(settings.kafka.topic)
+    return ensure_topics(settings.kafka, [name], configs=CONTRIBUTION_TOPIC_CONFIGS)

@@ -1,0 +1,155 @@
+"""A shard's contribution to one mixing round, and its record in the contributions topic.
+
+A contribution is everything the mix of round r needs from partition p, plus what makes the
+round replayable and auditable: the offsets it covered ``[start_offset, end_offset)``, its
+counters and its bound inputs (:class:`learning.mixing.ShardRound`). It is written in the same
+Kafka transaction as the round's dead letters and the group offset of p at ``end_offset``, so a
+contribution exists exactly when its round's effects do.
+
+The value is JSON (orjson): floats are written as their shortest round-trip form, so weights read
+back are bit-identical to the ones written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+
+from learning.mixing import ShardRound
+
+CONTRIBUTION_FORMAT = 1
+CONTRIBUTIONS_SUFFIX = ".mixing"
+CONTRIBUTION_TOPIC_CONFIGS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "max.message.bytes": str(16 * 1024 * 1024),
+}
+"""Contributions are kept for ever: a (re)started instance rebuilds every mixed model, the
+averaged predictor and the distributed bound by reading them from the start (one partition, so
+one total order)."""
+
+
+class ContributionError(ValueError):
+    """A contributions-topic record that is not a contribution this code wrote."""
+
+
+def default_contributions_topic(topic: str) -> str:
+    """``<topic>.mixing``.
+
+    >>> default_contributions_topic("events")
+    'events.mixing'
+    """
+    return topic + CONTRIBUTIONS_SUFFIX
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """Partition ``partition``'s round ``round``: weights, counters, offsets and bound inputs.
+
+    ``group`` is the consumer group (one model): groups learning the same topic share the
+    contributions topic and each reads only its own contributions.
+
+    ``weights`` and ``averaged`` are (rows, dimension) matrices: the weights after the round and
+    the mean of the post-event weights over the round's events (the starting weights when the
+    round learned nothing). ``time_cut`` says the round was cut by ``round_seconds`` before it
+    had its ``round_events`` valid events.
+    """
+
+    group: str
+    partition: int
+    round: int
+    start_offset: int
+    end_offset: int
+    learned: int
+    mistakes: int
+    dead_lettered: Mapping[str, int]
+    weights: NDArray[np.float64] = field(repr=False)
+    averaged: NDArray[np.float64] = field(repr=False)
+    bound: ShardRound = field(repr=False)
+    prequential: Mapping[str, int] = field(default_factory=dict)
+    time_cut: bool = False
+
+    @property
+    def key(self) -> bytes:
+        """The record key: ``group:partition:round``."""
+        return f"{self.group}:{self.partition}:{self.round}".encode()
+
+    def encode(self) -> bytes:
+        """The record value."""
+        return orjson.dumps(
+            {
+                "format": CONTRIBUTION_FORMAT,
+                "group": self.group,
+                "partition": self.partition,
+                "round": self.round,
+                "start_offset": self.start_offset,
+                "end_offset": self.end_offset,
+                "learned": self.learned,
+                "mistakes": self.mistakes,
+                "dead_lettered": dict(self.dead_lettered),
+                "prequential": dict(self.prequential),
+                "time_cut": self.time_cut,
+                "weights": self.weights,
+                "averaged": self.averaged,
+                "bound": {
+                    "mistakes": self.bound.mistakes,
+                    "radius_sq": self.bound.radius_sq,
+                    "histograms": np.asarray(self.bound.histograms, dtype=np.int64),
+                },
+            },
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )
+
+    @classmethod
+    def decode(cls, value: bytes | None) -> Contribution:
+        """Read a record value written by :meth:`encode`.
+
+        Raises
+        ------
+        ContributionError
+            When the value is not such a record.
+        """
+        try:
+            data: dict[str, Any] = orjson.loads(value or b"")
+            if data.get("format") != CONTRIBUTION_FORMAT:
+                raise ContributionError(f"format {data.get('format')!r}, expected 1")
+            partition, round_ = int(data["partition"]), int(data["round"])
+            bound = data["bound"]
+            return cls(
+                group=str(data["group"]),
+                partition=partition,
+                round=round_,
+                start_offset=int(data["start_offset"]),
+                end_offset=int(data["end_offset"]),
+                learned=int(data["learned"]),
+                mistakes=int(data["mistakes"]),
+                dead_lettered={str(k): int(v) for k, v in data["dead_lettered"].items()},
+                prequential={str(k): int(v) for k, v in data["prequential"].items()},
+                time_cut=bool(data["time_cut"]),
+                weights=_matrix(data["weights"], np.float64),
+                averaged=_matrix(data["averaged"], np.float64),
+                bound=ShardRound(
+                    partition=partition,
+                    round=round_,
+                    mistakes=int(bound["mistakes"]),
+                    radius_sq=float(bound["radius_sq"]),
+                    histograms=_matrix(bound["histograms"], np.int64),
+                ),
+            )
+        except ContributionError:
+            raise
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ContributionError(f"not a contribution record: {exc!r}"[:300]) from None
+
+
+def _matrix(values: Any, dtype: type[np.generic]) -> Any:
+    array = np.asarray(values, dtype=dtype)
+    if array.ndim != 2:
+        raise ContributionError(f"expected a matrix, got shape {array.shape}")
+    return array

@@ -1,0 +1,489 @@
+"""Mixing mode: the partitions of the events topic are the shards of one perceptron (IPM).
+
+One thread per instance. The group's ordinary assignor spreads the partitions over the
+instances; for each partition p it owns, the instance runs :class:`~consumers.mixing.shard.
+ShardRound` after :class:`~consumers.mixing.shard.ShardRound`:
+
+1. **Activate** p (on assignment, and after any failure): register p's transactional producer,
+   which fences p's previous owner and aborts a round it left open; read the contributions topic
+   up to its end; p resumes after its newest contribution (round r, offsets up to ``end_offset``)
+   or, with none, at round 1 from the partition's beginning.
+2. **Wait** (p paused) until round r's mix exists, then learn round r + 1 from the mixed weights.
+3. **Commit** the round when it has R valid events (or, with ``round_seconds = T > 0``, T seconds
+   after it started): its dead letters, contribution and the group offset of p at the round's end
+   in one transaction (:class:`~consumers.mixing.producer.ShardProducer`); pause p.
+
+Offsets are committed only at round ends, and a round in progress is never saved, so a SIGKILL,
+a rebalance or a failed transaction replays the round from its start in the next owner, with
+the same weights: the same contribution, nothing lost, nothing repeated. A time cut becomes
+history only when its contribution commits, and a committed round is never learned again.
+
+Every instance follows the contributions topic ``read_committed`` and feeds the
+:class:`~consumers.mixing.ledger.MixLedger`, which mixes each complete round; the engine then
+serves the newest mixed model (``model_version`` = its round) and ``/stats`` gets a ``mixing``
+section.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+
+from consumers.dlq import default_dead_letter_topic
+from consumers.engine import Engine
+from consumers.faults import ConsumerFault
+from consumers.mixing.contribution import Contribution, ContributionError
+from consumers.mixing.ledger import MixLedger
+from consumers.mixing.producer import ShardProducer, shard_transactional_id
+from consumers.mixing.serving import mixed_learner, mixing_section
+from consumers.mixing.shard import LearnerFactory, ShardRound
+from consumers.runner import RunnerSettings
+from consumers.transactions import ProducerBuilder, TransactionError, kafka_transactional_producer
+from learning.mixing import DistributedBound
+from learning.seeding import learner_weights
+
+logger = logging.getLogger(__name__)
+
+CONTRIBUTIONS_PARTITION = 0
+CATCH_UP_TIMEOUT_S = 30.0
+WAITING_POLL_MS = 50
+"""How long one turn polls the events while no owned shard is learning."""
+FOLLOW_POLL_MS = 1
+"""How long one turn waits for contributions (fetches run in the background)."""
+CLOSE_TIMEOUT_MS = 1_000
+
+BoundFactory = Callable[[int], DistributedBound]
+ConsumerBuilder = Callable[[Mapping[str, Any]], Any]
+
+
+def kafka_consumer(config: Mapping[str, Any]) -> Any:
+    """A kafka-python consumer with ``config``."""
+    return KafkaConsumer(**config)
+
+
+@dataclass(frozen=True)
+class MixingOptions:
+    """Mixing's own settings (``[mixing]``).
+
+    Parameters
+    ----------
+    round_events
+        R: valid events of a partition per round (> 0).
+    round_seconds
+        T: a round is also cut T seconds after it started (0: never).
+    contributions_topic
+        The topic of contributions (one partition).
+    """
+
+    round_events: int
+    round_seconds: float
+    contributions_topic: str
+
+    def __post_init__(self) -> None:
+        if self.round_events < 1:
+            raise ValueError("round_events must be at least 1 in mixing mode")
+        if self.round_seconds < 0:
+            raise ValueError("round_seconds must be at least 0")
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, runner: MixingRunner) -> None:
+        self._runner = runner
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self._runner._on_revoked(revoked)
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self._runner._on_revoked(lost)
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self._runner._on_assigned(assigned)
+
+
+class MixingRunner:
+    """Runs mixing mode on a background thread (the service's worker in mixing mode).
+
+    Parameters
+    ----------
+    engine
+        Serves the mixed model; its decoder and tracker are the shards' templates.
+    settings
+        Topic, consumer and producer settings (the consumer runner's).
+    options
+        R, T and the contributions topic.
+    learner_factory
+        Makes a fresh learner with the service's hyperparameters.
+    bound_factory
+        Makes the distributed bound for P partitions.
+    ensure_topics
+        Creates the contributions topic when it is missing.
+    consumer_builder, producer_builder
+        kafka-python clients (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: RunnerSettings,
+        options: MixingOptions,
+        learner_factory: LearnerFactory,
+        bound_factory: BoundFactory,
+        *,
+        ensure_topics: Callable[[], object] | None = None,
+        consumer_builder: ConsumerBuilder = kafka_consumer,
+        producer_builder: ProducerBuilder = kafka_transactional_producer,
+    ) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._options = options
+        self._learner_factory = learner_factory
+        self._bound_factory = bound_factory
+        self._ensure_topics = ensure_topics
+        self._build_consumer = consumer_builder
+        self._build_producer = producer_builder
+        self._dlq_topic = settings.dlq_topic or default_dead_letter_topic(settings.topic)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._consumer: Any = None
+        self._follower: Any = None
+        self._ledger: MixLedger | None = None
+        self._producers: dict[int, ShardProducer] = {}
+        self._owned: set[int] = set()
+        self._to_activate: set[int] = set()
+        self._positions: dict[int, tuple[int, int]] = {}
+        """Per active partition: its newest committed round and that round's end offset."""
+        self._shards: dict[int, ShardRound] = {}
+        self._connected = False
+        self._reason: str | None = "the consumer has not started"
+        self._published_round = -1
+
+    # -- the worker protocol --------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the last turn reached Kafka."""
+        return self._connected
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the runner is not connected (``None`` when it is)."""
+        return None if self._connected else self._reason
+
+    @property
+    def fault(self) -> ConsumerFault | None:
+        """Errors retrying cannot fix are not classified in mixing mode yet."""
+        return None
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def ledger(self) -> MixLedger | None:
+        """The mixing ledger (``None`` until the partition count is known)."""
+        return self._ledger
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        if self._thread is not None:
+            raise RuntimeError("the runner was already started")
+        self._thread = threading.Thread(target=self.run, name="novikoff-mixing", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Ask the loop to stop (a round in progress is dropped: its next owner replays it)."""
+        self._stop.set()
+        return not self.running if timeout is None else self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; whether it has."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def run(self) -> None:
+        """The loop (blocking)."""
+        delay = self._settings.backoff_seconds
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self._consumer is None:
+                        self._open()
+                    self._turn()
+                    delay = self._settings.backoff_seconds
+                except Exception as exc:
+                    logger.warning("mixing runner error: %r; reconnecting", exc)
+                    self._connected = False
+                    self._reason = f"mixing: {exc!r}"
+                    self._close()
+                    self._stop.wait(delay)
+                    delay = min(self._settings.backoff_max_seconds, delay * 2)
+        finally:
+            self._close()
+            self._connected = False
+            self._reason = "the consumer has stopped"
+
+    # -- connection -----------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        if self._ensure_topics is not None:
+            self._ensure_topics()
+        connection = self._settings.connection_config()
+        follower = self._build_consumer(
+            {**connection, "enable_auto_commit": False, "isolation_level": "read_committed"}
+        )
+        contributions = TopicPartition(self._options.contributions_topic, CONTRIBUTIONS_PARTITION)
+        follower.assign([contributions])
+        follower.seek_to_beginning(contributions)
+        self._follower = follower
+        self._ledger = None  # rebuilt from the start of the contributions topic
+        self._published_round = -1
+        consumer = self._build_consumer(self._settings.kafka_consumer_config())
+        consumer.partitions_for_topic(self._settings.topic)
+        consumer.subscribe([self._settings.topic], listener=_Listener(self))
+        self._consumer = consumer
+
+    def _close(self) -> None:
+        with self._lock:
+            self._shards.clear()
+            self._owned.clear()
+            self._to_activate.clear()
+            self._positions.clear()
+        for producer in self._producers.values():
+            producer.abort()
+        self._producers.clear()
+        for client in (self._consumer, self._follower):
+            if client is not None:
+                try:
+                    client.close(autocommit=False, timeout_ms=CLOSE_TIMEOUT_MS)
+                except Exception as exc:
+                    logger.warning("mixing consumer did not close cleanly: %r", exc)
+        self._consumer = self._follower = None
+
+    # -- rebalances (kafka-python calls these while poll() runs) ------------------------------
+
+    def _on_revoked(self, partitions: Any) -> None:
+        mine = [tp.partition for tp in partitions if tp.topic == self._settings.topic]
+        with self._lock:
+            for p in mine:
+                self._owned.discard(p)
+                self._to_activate.discard(p)
+                self._positions.pop(p, None)
+                if self._shards.pop(p, None) is not None:
+                    logger.info("partition %d revoked mid-round; its next owner replays it", p)
+        for p in mine:
+            producer = self._producers.pop(p, None)
+            if producer is not None:
+                producer.abort()
+
+    def _on_assigned(self, partitions: Any) -> None:
+        mine = [tp for tp in partitions if tp.topic == self._settings.topic]
+        if self._consumer is not None and mine:
+            # Nothing is learned before the partition is activated and positioned.
+            self._consumer.pause(*mine)
+        with self._lock:
+            for tp in mine:
+                self._owned.add(tp.partition)
+                self._to_activate.add(tp.partition)
+
+    # -- one turn -------------------------------------------------------------------------------
+
+    def _turn(self) -> None:
+        consumer = self._consumer
+        ledger = self._ensure_ledger()
+        if ledger is None:
+            consumer.poll(timeout_ms=WAITING_POLL_MS)
+            return
+        self._follow(FOLLOW_POLL_MS)
+        for p in sorted(self._to_activate & self._owned):
+            self._activate(p, ledger)
+        self._start_rounds(ledger)
+        # Never a zero timeout: kafka-python's group upkeep (heartbeats, the poll interval)
+        # needs time inside poll().
+        polled = consumer.poll(
+            timeout_ms=self._settings.poll_timeout_ms if self._shards else WAITING_POLL_MS,
+            max_records=self._settings.max_poll_records,
+        )
+        self._connected = True
+        self._reason = None
+        for tp, records in sorted(polled.items(), key=lambda item: item[0].partition):
+            self._learn(tp, records)
+        if self._options.round_seconds > 0:
+            now = time.monotonic()
+            for p, shard in sorted(self._shards.items()):
+                if now - shard.started_at >= self._options.round_seconds:
+                    self._finish(p, time_cut=True)
+        self._publish_progress()
+
+    def _ensure_ledger(self) -> MixLedger | None:
+        if self._ledger is not None:
+            return self._ledger
+        partitions = self._consumer.partitions_for_topic(self._settings.topic)
+        if not partitions:
+            self._reason = f"waiting for topic {self._settings.topic!r}"
+            return None
+        count = len(partitions)
+        zero = learner_weights(self._learner_factory()) * 0.0
+        ledger = self._ledger = MixLedger(count, zero, self._bound_factory(count))
+        # Ready once everything committed before the start is mixed: serve no stale model.
+        self._catch_up()
+        self._publish(ledger)
+        return ledger
+
+    def _follow(self, timeout_ms: int) -> None:
+        """Feed the ledger what the contributions topic has committed since the last call."""
+        polled = self._follower.poll(timeout_ms=timeout_ms)
+        ledger = self._ledger
+        assert ledger is not None
+        for records in polled.values():
+            for record in records:
+                try:
+                    contribution = Contribution.decode(record.value)
+                    if contribution.group == self._settings.group:
+                        ledger.add(contribution)
+                except ContributionError as exc:
+                    logger.error("contributions record @%d skipped: %s", record.offset, exc)
+        if self._published_round >= 0 and ledger.current.round != self._published_round:
+            self._publish(ledger)
+
+    def _catch_up(self) -> None:
+        """Read the contributions topic up to its end as of now (everything committed before)."""
+        contributions = TopicPartition(self._options.contributions_topic, CONTRIBUTIONS_PARTITION)
+        # The events consumer reads uncommitted: its end offset is the high watermark, which the
+        # read_committed follower passes once every transaction below it has ended.
+        target = self._consumer.end_offsets([contributions])[contributions]
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        while self._follower.position(contributions) < target:
+            if time.monotonic() > deadline or self._stop.is_set():
+                raise TimeoutError(f"contributions topic not read up to offset {target}")
+            self._follow(WAITING_POLL_MS)
+
+    def _activate(self, p: int, ledger: MixLedger) -> None:
+        producer = self._producers.get(p)
+        if producer is None:
+            transactional_id = shard_transactional_id(self._settings.group, self._settings.topic, p)
+            producer = ShardProducer(
+                self._settings.connection_config(), transactional_id, self._build_producer
+            )
+            self._producers[p] = producer
+        producer.activate()
+        self._catch_up()
+        newest = ledger.newest(p)
+        tp = TopicPartition(self._settings.topic, p)
+        if newest is not None:
+            position = (newest.round, newest.end_offset)
+        else:
+            position = (0, self._consumer.beginning_offsets([tp])[tp])
+        with self._lock:
+            if p not in self._owned:
+                return
+            self._to_activate.discard(p)
+            self._positions[p] = position
+        self._consumer.seek(tp, position[1])
+        logger.info(
+            "partition %d active: round %d next, from offset %d", p, position[0] + 1, position[1]
+        )
+
+    def _start_rounds(self, ledger: MixLedger) -> None:
+        mixed = ledger.current
+        for p, (committed, offset) in sorted(self._positions.items()):
+            if p in self._shards or committed > mixed.round:
+                continue
+            self._shards[p] = ShardRound(
+                self._settings.group,
+                p,
+                committed + 1,
+                offset,
+                mixed.weights,
+                round_events=self._options.round_events,
+                learner_factory=self._learner_factory,
+                tracker_template=self._engine.tracker,
+                decoder=self._engine.decoder,
+            )
+            tp = TopicPartition(self._settings.topic, p)
+            self._consumer.seek(tp, offset)
+            self._consumer.resume(tp)
+
+    def _learn(self, tp: Any, records: list[Any]) -> None:
+        shard = self._shards.get(tp.partition)
+        if shard is None or not records:
+            return
+        if records[0].offset != shard.next_offset:
+            # Records fetched before a seek: read again from where the round is.
+            fresh = [r for r in records if r.offset >= shard.next_offset]
+            if not fresh or fresh[0].offset != shard.next_offset:
+                self._consumer.seek(tp, shard.next_offset)
+                return
+            records = fresh
+        taken = shard.feed(records)
+        if shard.full:
+            self._finish(tp.partition, time_cut=False)
+        elif taken < len(records):
+            self._consumer.seek(tp, shard.next_offset)
+
+    def _finish(self, p: int, *, time_cut: bool) -> None:
+        shard = self._shards.pop(p)
+        tp = TopicPartition(self._settings.topic, p)
+        self._consumer.pause(tp)
+        contribution = shard.contribution(time_cut=time_cut)
+        try:
+            self._producers[p].commit_round(
+                contribution,
+                shard.rejections,
+                contributions_topic=self._options.contributions_topic,
+                dlq_topic=self._dlq_topic,
+                offsets={(self._settings.topic, p): contribution.end_offset},
+                group_metadata=self._consumer.group_metadata(),
+            )
+        except (TransactionError, KeyError) as exc:
+            logger.error(
+                "round %d of partition %d not committed (%s); replaying it", shard.round, p, exc
+            )
+            with self._lock:
+                self._positions.pop(p, None)
+                if p in self._owned:
+                    self._to_activate.add(p)
+            return
+        with self._lock:
+            if p in self._positions:
+                self._positions[p] = (contribution.round, contribution.end_offset)
+        self._consumer.seek(tp, contribution.end_offset)
+        logger.debug(
+            "round %d of partition %d committed: offsets [%d, %d), %d learned",
+            contribution.round,
+            p,
+            contribution.start_offset,
+            contribution.end_offset,
+            contribution.learned,
+        )
+
+    # -- serving --------------------------------------------------------------------------------
+
+    def _publish(self, ledger: MixLedger) -> None:
+        mixed = ledger.current
+        learner = mixed_learner(self._learner_factory(), mixed)
+        progress = {
+            (self._settings.topic, p): (done.start, done.end, done.learned, done.rejected)
+            for p, done in ledger.progress().items()
+        }
+        self._engine.publish_mixed(learner, mixed.dead_lettered, mixed.round, progress)
+        self._published_round = mixed.round
+        self._publish_progress()
+
+    def _publish_progress(self) -> None:
+        ledger = self._ledger
+        if ledger is None:
+            return
+        learning = {p: shard.learned for p, shard in self._shards.items()}
+        self._engine.set_mixing(
+            mixing_section(ledger, self._options, learning, set(self._positions))
+        )

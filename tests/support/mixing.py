@@ -1,0 +1,125 @@
+"""Mixing-mode test support: a planned 4-partition stream, instances, and the offline IPM.
+
+:func:`offline_mix` runs iterative parameter mixing with the learning package alone: for each
+round, each partition's learner starts from the previous mix and learns its next R valid events,
+and the mix is their uniform mean in partition order. A service in mixing mode must serve
+exactly these weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from learning.mixing import mix_uniform
+from learning.seeding import learner_weights, seed_learner
+from service.model import build_learner
+from service.settings import load_settings
+from tests.support.faults import ConfiguredStream, FaultyService
+from tests.support.ledger import EventPlan, Planned, Produced
+from tests.support.poison import poison_catalogue
+
+PARTITIONS = 4
+CHEAP_POISON = tuple(k for k in poison_catalogue() if k.value is None or len(k.value) < 1000)
+
+
+def mixing_env(round_events: int, dlq_topic: str) -> dict[str, str]:
+    """Environment of a learner in mixing mode."""
+    return {
+        "NOVIKOFF_MIXING__ROUND_EVENTS": str(round_events),
+        "NOVIKOFF_KAFKA__DLQ_TOPIC": dlq_topic,
+    }
+
+
+def planned_stream(
+    stream: ConfiguredStream, rounds: int, round_events: int, poison_per_partition: int, seed: int
+) -> list[Planned]:
+    """``rounds`` x ``round_events`` valid events per partition, poison at seeded places.
+
+    No poison follows a partition's last valid event: every record then belongs to a complete
+    round (records after the last complete round are neither learned nor dead-lettered yet).
+    """
+    plan = EventPlan(stream.synthetic(), partitions=PARTITIONS)
+    valid = plan.valid(PARTITIONS * rounds * round_events)
+    rng = np.random.default_rng(seed)
+    out: list[Planned] = []
+    for p in range(PARTITIONS):
+        mine = [v for v in valid if v.partition == p]
+        places = sorted(rng.integers(0, len(mine) - 1, size=poison_per_partition).tolist())
+        cursor = 0
+        for i, place in enumerate(places):
+            out.extend(mine[cursor:place])
+            cursor = place
+            kind = CHEAP_POISON[(p * poison_per_partition + i) % len(CHEAP_POISON)]
+            out.append(dataclasses.replace(plan.poison(kind), partition=p))
+        out.extend(mine[cursor:])
+    return out
+
+
+def offline_mix(
+    stream: ConfiguredStream, produced: Sequence[Produced], round_events: int
+) -> list[NDArray[np.float64]]:
+    """The mixed weights w⁽¹⁾, w⁽²⁾, ... of the produced stream (complete rounds only)."""
+    settings = load_settings(model={"dim": stream.dim})
+    by_partition: dict[int, list[Produced]] = {}
+    for record in sorted(produced, key=lambda r: (r.planned.partition, r.offset)):
+        if record.planned.reason is None:
+            by_partition.setdefault(record.planned.partition, []).append(record)
+    rounds = min(len(records) for records in by_partition.values()) // round_events
+    weights = learner_weights(build_learner(settings.model)) * 0.0
+    mixes = []
+    for r in range(rounds):
+        shards = []
+        for p in sorted(by_partition):
+            rows = by_partition[p][r * round_events : (r + 1) * round_events]
+            learner = seed_learner(build_learner(settings.model), weights)
+            X = learner.encoder.encode_batch([list(row.planned.features or ()) for row in rows])
+            y = np.array([row.planned.label for row in rows], dtype=np.float64)
+            learner.learn_batch(X, y)
+            shards.append(learner_weights(learner))
+        weights = mix_uniform(shards)
+        mixes.append(weights)
+    return mixes
+
+
+def instances(
+    root: Path,
+    count: int,
+    *,
+    bootstrap: str,
+    topic: str,
+    stream: ConfiguredStream,
+    group: str,
+    env: Mapping[str, str],
+) -> list[FaultyService]:
+    """``count`` learner instances of one group in mixing mode."""
+    return [
+        FaultyService.in_workdir(
+            root,
+            f"{group}-{i}",
+            bootstrap=bootstrap,
+            topic=topic,
+            stream=stream,
+            group_id=group,
+            env=env,
+        )
+        for i in range(count)
+    ]
+
+
+def mixed_round(stats: Mapping[str, Any]) -> int:
+    """The round of the mixed model an instance serves."""
+    return int(stats["mixing"]["round"])
+
+
+def served_last(service: FaultyService) -> list[float]:
+    """The served ``last`` weights (the mixed model)."""
+    response = service.get("/model")
+    response.raise_for_status()
+    weights: list[float] = response.json()["weights"]["last"]
+    return weights
