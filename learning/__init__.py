@@ -22,6 +22,7 @@ from learning.encoders import (
 )
 from learning.errors import FEATURE_ERROR_CODES, FeatureError, LabelError, StateError
 from learning.labels import ClassIndex, LabelMap
+from learning.mixing import DistributedBound, DistributedBoundStatus, ShardRound, mix_uniform
 from learning.multiclass import MulticlassPerceptron
 from learning.perceptron import Perceptron
 from learning.predictor import PREDICTORS, BatchResult, Predictor
@@ -40,6 +41,8 @@ __all__ = [
     "CSRBatch",
     "ClassIndex",
     "DenseEncoder",
+    "DistributedBound",
+    "DistributedBoundStatus",
     "Encoder",
     "EpochReport",
     "FeatureError",
@@ -53,6 +56,7 @@ __all__ = [
     "Predictor",
     "Reference",
     "SchemaEncoder",
+    "ShardRound",
     "StateError",
     "Violation",
     "VocabularyEncoder",
@@ -61,4 +65,5 @@ __all__ = [
     "dump_state",
     "fit_epochs",
     "load_state",
+    "mix_uniform",
 ]
