@@ -188,7 +188,7 @@ def build_mixing_runner(settings: Settings, engine: Engine) -> MixingRunner:
         ),
         lambda: build_learner(settings.model),
         lambda partitions: DistributedBound(
-            template.references,
+            [reference.name for reference in template.references],
             partitions,
             gamma_grid=template.gamma_grid,
             multiclass=template.multiclass,

@@ -12,6 +12,7 @@ back are bit-identical to the ones written.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,9 +99,14 @@ class Contribution:
                 "weights": self.weights,
                 "averaged": self.averaged,
                 "bound": {
+                    "seen": self.bound.seen,
                     "mistakes": self.bound.mistakes,
                     "radius_sq": self.bound.radius_sq,
                     "histograms": np.asarray(self.bound.histograms, dtype=np.int64),
+                    # JSON has no infinity: the smallest margin of a round without events.
+                    "min_margins": [
+                        None if math.isinf(m) else m for m in self.bound.min_margins.tolist()
+                    ],
                 },
             },
             option=orjson.OPT_SERIALIZE_NUMPY,
@@ -137,9 +143,14 @@ class Contribution:
                 bound=ShardRound(
                     partition=partition,
                     round=round_,
+                    seen=int(bound["seen"]),
                     mistakes=int(bound["mistakes"]),
                     radius_sq=float(bound["radius_sq"]),
                     histograms=_matrix(bound["histograms"], np.int64),
+                    min_margins=np.array(
+                        [math.inf if m is None else float(m) for m in bound["min_margins"]],
+                        dtype=np.float64,
+                    ),
                 ),
             )
         except ContributionError:

@@ -69,9 +69,9 @@ class MixLedger:
     >>> import numpy as np
     >>> from learning.mixing import DistributedBound, ShardRound
     >>> def part(p, w):
-    ...     bound = ShardRound(p, 1, 0, 0.0, np.zeros((0, 2), dtype=np.int64))
+    ...     bound = ShardRound(p, 1, 3, 0, 0.0, np.zeros((0, 2), dtype=np.int64), np.zeros(0))
     ...     return Contribution("g", p, 1, 0, 3, 3, 0, {}, np.array([w]), np.array([w]), bound)
-    >>> ledger = MixLedger(2, np.zeros((1, 2)), DistributedBound((), 2))
+    >>> ledger = MixLedger(2, np.zeros((1, 2)), DistributedBound([], 2, gamma_grid=[1.0]))
     >>> ledger.add(part(1, [1.0, 2.0])), ledger.current.round
     (False, 0)
     >>> ledger.add(part(0, [0.0, 1.0])), ledger.current.weights.tolist(), ledger.current.learned
