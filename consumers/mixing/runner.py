@@ -67,6 +67,20 @@ def kafka_consumer(config: Mapping[str, Any]) -> Any:
     return KafkaConsumer(**config)
 
 
+def _restore_parked_records(consumer: Any) -> None:
+    """Let kafka-python hand back the records it parked for a partition paused meanwhile.
+
+    kafka-python 3.0.12 parks the buffered records of a partition paused mid-batch and restores
+    them once it is resumed, but only while its in-line slot is ``None``; a drained (empty) batch
+    left in that slot blocks the restore, and as long as records are parked the partition is
+    never fetched again: a resumed shard would wait for ever. An empty slot is emptied here.
+    """
+    fetcher: Any = getattr(consumer, "_fetcher", None)
+    slot = getattr(fetcher, "_next_partition_records", None)
+    if slot is not None and not slot:
+        fetcher._next_partition_records = None
+
+
 @dataclass(frozen=True)
 class MixingOptions:
     """Mixing's own settings (``[mixing]``).
@@ -307,6 +321,7 @@ class MixingRunner:
         for p in sorted(self._to_activate & self._owned):
             self._activate(p, ledger)
         self._start_rounds(ledger)
+        _restore_parked_records(consumer)
         # Never a zero timeout: kafka-python's group upkeep (heartbeats, the poll interval)
         # needs time inside poll().
         polled = consumer.poll(
@@ -388,7 +403,6 @@ class MixingRunner:
                 return
             self._to_activate.discard(p)
             self._positions[p] = position
-        self._consumer.seek(tp, position[1])
         logger.info(
             "partition %d active: round %d next, from offset %d", p, position[0] + 1, position[1]
         )

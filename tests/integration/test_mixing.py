@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService
-from tests.support.ledger import Ledger, publish, read_dead_letters
+from tests.support.ledger import Ledger, PacedPublisher, publish, read_dead_letters
 from tests.support.mixing import (
     PARTITIONS,
     instances,
@@ -73,6 +74,16 @@ def test_one_two_and_three_instances_serve_the_same_mixed_models(
             stats = services[0].stats()
             assert mixed_round(stats) == ROUNDS
             assert stats["model_version"] == ROUNDS
+            section = stats["mixing"]
+            assert (section["partitions"], section["round_events"]) == (PARTITIONS, ROUND_EVENTS)
+            # Every partition has contributed its rounds and is in the next one.
+            assert [s["contributed_round"] for s in section["shards"]] == [ROUNDS] * PARTITIONS
+            assert [s["round"] for s in section["shards"]] == [ROUNDS + 1] * PARTITIONS
+            bound = section["bound"][0]
+            assert (bound["name"], bound["rounds"], bound["partitions"]) == ("u", ROUNDS, 4)
+            assert bound["total_mistakes"] == stats["mistakes"] > 0
+            assert not bound["violated"], bound
+            assert bound["total_mistakes"] <= bound["total_bound"]
             letters = read_dead_letters(
                 kafka_bootstrap, dlq, len(ledger.poison), isolation_level=COMMITTED
             )
@@ -93,3 +104,75 @@ def test_one_two_and_three_instances_serve_the_same_mixed_models(
     other_r = offline_mix(stream, ledger.records, ROUND_EVENTS // 2)[2 * ROUNDS - 1]
     assert other_r.ravel().tolist() != want
     assert expected[-2].ravel().tolist() != want
+
+
+KILL_ROUND_EVENTS = 100
+KILL_ROUNDS = 10
+KILL_RATE = 2_000.0
+KILL_POINT = int(PARTITIONS * KILL_ROUND_EVENTS * 2.5)
+"""The publisher pauses here: every partition is half-way through its third round."""
+
+
+def shards_mid_round(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shards an instance is learning a round of, with events learned in it already."""
+    return [
+        s for s in stats["mixing"]["shards"] if s["state"] == "learning" and s["learned_in_round"]
+    ]
+
+
+def test_a_sigkill_mid_round_changes_nothing_in_the_result(
+    kafka_bootstrap: str, topic_name: str, tmp_path: Path
+) -> None:
+    stream = ConfiguredStream(dim=4, seed=29, noise=0.1)
+    kafka = load_settings(kafka={"bootstrap_servers": kafka_bootstrap}).kafka
+    dlq = f"{topic_name}.dlq"
+    ensure_topics(kafka, [topic_name], partitions=PARTITIONS)
+    ensure_topics(kafka, [dlq])
+    planned = planned_stream(stream, KILL_ROUNDS, KILL_ROUND_EVENTS, POISON_PER_PARTITION, seed=4)
+    publisher = PacedPublisher(kafka_bootstrap, topic_name, planned, KILL_RATE)
+    victim, survivor = instances(
+        tmp_path, 2, bootstrap=kafka_bootstrap, topic=topic_name, stream=stream,
+        group=f"{topic_name}-mix", env=mixing_env(KILL_ROUND_EVENTS, dlq),
+    )  # fmt: skip
+    try:
+        victim.start()
+        survivor.start()
+        publisher.allow(KILL_POINT)
+        publisher.start()
+        # Both own two partitions, each stuck half-way through round 3 (the publisher waits).
+        caught = victim.wait_for(
+            "mid-round",
+            lambda s: mixed_round(s) == 2 and len(shards_mid_round(s)) == 2 and s,
+            MIXED_TIMEOUT_S,
+            POLL_S,
+        )
+        lost = {s["partition"]: s["learned_in_round"] for s in shards_mid_round(caught)}
+        assert all(0 < n < KILL_ROUND_EVENTS for n in lost.values()), caught["mixing"]
+        victim.kill()
+        produced = publisher.join()
+        # The survivor replays the victim's rounds from their starts, then the victim comes
+        # back and takes two partitions again, wherever they are in their rounds.
+        survivor.wait_for("taken over", lambda s: mixed_round(s) >= 4, MIXED_TIMEOUT_S, POLL_S)
+        victim.start()
+        wait_all_mixed([victim, survivor], KILL_ROUNDS)
+        ledger = Ledger(topic_name, produced)
+        expected = offline_mix(stream, ledger.records, KILL_ROUND_EVENTS)
+        assert len(expected) == KILL_ROUNDS
+        want = expected[-1].ravel().tolist()
+        assert served_last(survivor) == want
+        assert served_last(victim) == want
+        stats = survivor.stats()
+        letters = read_dead_letters(
+            kafka_bootstrap, dlq, len(ledger.poison), isolation_level=COMMITTED
+        )
+        report = ledger.check(stats, letters)
+        assert report.problems == [], report.summary()
+        assert report.duplicate_dead_letters == 0, report.summary()
+        # Control: the kill did interrupt rounds: the survivor took the victim's partitions and
+        # started them again at the start of round 3, so the events learned were learned again.
+        for partition in lost:
+            assert f"partition {partition} active: round 3 next" in survivor.all_logs, partition
+    finally:
+        publisher.cancel()
+        victim.stop()
+        survivor.stop()

@@ -9,6 +9,7 @@ exactly these weights.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,14 @@ def planned_stream(
 
     No poison follows a partition's last valid event: every record then belongs to a complete
     round (records after the last complete round are neither learned nor dead-lettered yet).
+    The partitions' records are interleaved in publication order.
     """
     plan = EventPlan(stream.synthetic(), partitions=PARTITIONS)
     valid = plan.valid(PARTITIONS * rounds * round_events)
     rng = np.random.default_rng(seed)
-    out: list[Planned] = []
+    per_partition: list[list[Planned]] = []
     for p in range(PARTITIONS):
+        out: list[Planned] = []
         mine = [v for v in valid if v.partition == p]
         places = sorted(rng.integers(0, len(mine) - 1, size=poison_per_partition).tolist())
         cursor = 0
@@ -58,7 +61,10 @@ def planned_stream(
             kind = CHEAP_POISON[(p * poison_per_partition + i) % len(CHEAP_POISON)]
             out.append(dataclasses.replace(plan.poison(kind), partition=p))
         out.extend(mine[cursor:])
-    return out
+        per_partition.append(out)
+    # Interleaved, so that a paced publication feeds every partition at once.
+    mixed = itertools.zip_longest(*per_partition)
+    return [item for row in mixed for item in row if item is not None]
 
 
 def offline_mix(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bench.bench_e2e as e2e
 import bench.bench_learner as learner
+import bench.bench_mixing as mixing
 import bench.bench_pipeline as pipeline
 import bench.bench_predict as predict
 import bench.bench_replicas as replicas
@@ -27,6 +28,7 @@ def expected_rows() -> dict[str, tuple[str, str]]:
         "`predict_batch_per_s`": (f"the {predict.BATCH_TARGET_PER_S:,.0f}/s target", "above it"),
         f"`learner_d{{{dimensions}}}_vs_river`": ("", learner_bars),
         "`predict_replicas2_vs_1`": ("", f"{replicas.RATE_BAR:g}x"),
+        "`mixing_learners2_vs_1`": ("", f"{mixing.BAR:g}x"),
     }
 
 

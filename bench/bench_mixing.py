@@ -1,0 +1,218 @@
+"""Mixing mode: events/s of two learner processes against one, on one 4-partition topic.
+
+One broker (as in :mod:`bench.bench_e2e`: Apache Kafka by default, ``BENCH_BROKER``, or the cluster
+``KAFKA_BOOTSTRAP_SERVERS`` names). A topic of ``PARTITIONS`` partitions receives ``EVENTS``
+synthetic events (:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, spread evenly over
+the partitions). Then, for n = 1 and n = 2 in turns, ``ROUNDS`` times each with a fresh consumer
+group, n ``novikoff serve`` learner processes in mixing mode (``[mixing] round_events =
+ROUND_EVENTS``, default settings otherwise) learn the whole topic.
+
+Every ``WATCH_INTERVAL_S`` the benchmark reads each process's ``/stats``. The clock starts at the
+first reading where the n processes together own all the partitions (the group is stable:
+joining is not counted) and stops when the mixed round that holds the last event is served.
+The rate is the events of the rounds mixed in between over that time; the best run of each side
+is kept. Both sides must serve bit-identical mixed weights (a correctness check).
+
+Record: ``mixing_learners2_vs_1`` (bar 1.3x).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kafka import KafkaProducer
+
+from bench import BenchRecord, ResultMismatchError
+from bench.bench_e2e import broker
+from service.brokers.net import free_port, terminate_process
+from service.settings import load_settings
+from service.synthetic import SyntheticStream
+from service.topics import ensure_topics
+
+logger = logging.getLogger(__name__)
+
+PARTITIONS = 4
+DIMENSION = 10
+ROUND_EVENTS = 5_000
+EVENTS = PARTITIONS * ROUND_EVENTS * 20
+QUICK_EVENTS = PARTITIONS * ROUND_EVENTS * 3
+ROUNDS = 2
+QUICK_ROUNDS = 1
+BAR = 1.3
+SEED = 20_261_201
+TOPIC = "bench-mixing"
+HOST = "127.0.0.1"
+PRODUCER_LINGER_MS = 20
+PRODUCER_BATCH_BYTES = 1 << 20
+READY_TIMEOUT_S = 90.0
+LEARN_TIMEOUT_S = 300.0
+WATCH_INTERVAL_S = 0.02
+STOP_TIMEOUT_S = 20.0
+OWNING_STATES = ("learning", "waiting for the mix", "starting")
+
+
+def config(directory: Path, stream: SyntheticStream) -> Path:
+    """The learners' TOML: the benchmark model, its reference separator and mixing mode."""
+    weights = ", ".join(repr(float(w)) for w in stream.reference)
+    path = directory / "mixing.toml"
+    path.write_text(
+        f'[model]\ndim = {DIMENSION}\n\n[[bound.references]]\nname = "teacher"\n'
+        f"weights = [{weights}]\n\n[mixing]\nround_events = {ROUND_EVENTS}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def produce(bootstrap: str, stream: SyntheticStream, count: int) -> None:
+    """Create the topic and publish ``count`` events, round robin over its partitions."""
+    kafka = load_settings(kafka={"bootstrap_servers": bootstrap}).kafka
+    ensure_topics(kafka, [TOPIC], partitions=PARTITIONS)
+    producer = KafkaProducer(
+        **kafka.client_config(),
+        acks=1,
+        linger_ms=PRODUCER_LINGER_MS,
+        batch_size=PRODUCER_BATCH_BYTES,
+    )
+    try:
+        for index, (event_id, value) in enumerate(stream.records(count)):
+            producer.send(TOPIC, key=event_id.encode(), value=value, partition=index % PARTITIONS)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+@contextmanager
+def learner_process(config_path: Path, bootstrap: str, group: str, log: Path) -> Iterator[str]:
+    """One ``novikoff serve`` learner in mixing mode; yields its URL once ready."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVIKOFF_")}
+    env.update(
+        {
+            "NOVIKOFF_CONFIG": str(config_path),
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "NOVIKOFF_KAFKA__TOPIC": TOPIC,
+            "NOVIKOFF_KAFKA__GROUP_ID": group,
+            "NOVIKOFF_HTTP__HOST": HOST,
+            "NOVIKOFF_HTTP__PORT": str(port),
+            "NOVIKOFF_CHECKPOINT__PATH": str(log.with_suffix(".state")),
+            "NOVIKOFF_LOGGING__LEVEL": "WARNING",
+        }
+    )
+    command = [sys.executable, "-m", "service", "serve"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _ready(url):
+            if proc.poll() is not None:
+                raise RuntimeError(f"learner exited with {proc.returncode}; see {log}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"learner {url} not ready after {READY_TIMEOUT_S}s; see {log}")
+            time.sleep(WATCH_INTERVAL_S)
+        yield url
+    finally:
+        terminate_process(proc, STOP_TIMEOUT_S)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz").status_code == httpx.codes.OK
+    except httpx.TransportError:
+        return False
+
+
+def owned(stats: dict[str, Any]) -> int:
+    """Partitions a learner owns (learning, waiting or starting a round)."""
+    return sum(1 for s in stats["mixing"]["shards"] if s["state"] in OWNING_STATES)
+
+
+def timed_run(
+    config_path: Path, bootstrap: str, learners: int, rounds: int, directory: Path
+) -> tuple[float, list[float]]:
+    """(events/s of ``learners`` processes once the group is stable, the served weights)."""
+    group = f"bench-mixing-{uuid.uuid4().hex[:8]}"
+    with ExitStack() as stack:
+        urls = [
+            stack.enter_context(
+                learner_process(config_path, bootstrap, group, directory / f"{group}-{i}.log")
+            )
+            for i in range(learners)
+        ]
+        client = stack.enter_context(httpx.Client(timeout=10.0))
+        started: tuple[float, int] | None = None
+        deadline = time.monotonic() + LEARN_TIMEOUT_S
+        while True:
+            now = time.monotonic()
+            stats = [client.get(url + "/stats").json() for url in urls]
+            done = min(int(s["mixing"]["round"]) for s in stats)
+            if started is None and sum(owned(s) for s in stats) == PARTITIONS:
+                started = (now, done)
+            if done >= rounds and started is not None:
+                break
+            if now > deadline:
+                raise TimeoutError(f"{learners} learner(s) mixed {done} of {rounds} rounds")
+            time.sleep(WATCH_INTERVAL_S)
+        first_time, first_round = started
+        if first_round >= rounds:
+            raise ResultMismatchError("the stream was learned before the group was stable")
+        events = (rounds - first_round) * ROUND_EVENTS * PARTITIONS
+        weights = [client.get(url + "/model").json()["weights"]["last"] for url in urls]
+    if any(w != weights[0] for w in weights):
+        raise ResultMismatchError(f"{learners} learners serve different mixed models")
+    return events / (now - first_time), weights[0]
+
+
+def run(quick: bool = False) -> list[BenchRecord]:
+    """Events/s of one and two learner processes in mixing mode."""
+    events = QUICK_EVENTS if quick else EVENTS
+    repeats = QUICK_ROUNDS if quick else ROUNDS
+    rounds = events // (ROUND_EVENTS * PARTITIONS)
+    stream = SyntheticStream(dim=DIMENSION, margin=0.05, noise=0.05, seed=SEED)
+    with tempfile.TemporaryDirectory(prefix="novikoff-bench-mixing-") as tmp:
+        directory = Path(tmp)
+        config_path = config(directory, stream)
+        with broker(directory) as (bootstrap, broker_name, _):
+            produce(bootstrap, stream, events)
+            rates: dict[int, list[float]] = {1: [], 2: []}
+            models: dict[int, list[float]] = {}
+            for _ in range(repeats):
+                for learners in (1, 2):
+                    rate, weights = timed_run(config_path, bootstrap, learners, rounds, directory)
+                    rates[learners].append(rate)
+                    models[learners] = weights
+    if models[1] != models[2]:
+        raise ResultMismatchError("one and two learners served different mixed models")
+    one, two = max(rates[1]), max(rates[2])
+    return [
+        BenchRecord(
+            "mixing_learners2_vs_1",
+            two,
+            one,
+            "events/s",
+            "one learner process in mixing mode on the same topic and broker",
+            bar=BAR,
+            details={
+                "broker": broker_name,
+                "partitions": PARTITIONS,
+                "round_events": ROUND_EVENTS,
+                "events": events,
+                "mixed_rounds": rounds,
+                "dimension": DIMENSION,
+                "repeats": repeats,
+                "cpus": os.cpu_count(),
+                "runs_events_per_s": {str(n): r for n, r in rates.items()},
+            },
+        )
+    ]
