@@ -1,17 +1,19 @@
 """Mixing mode: events/s of two learner processes against one, on one 4-partition topic.
 
 One broker (as in :mod:`bench.bench_e2e`: Apache Kafka by default, ``BENCH_BROKER``, or the cluster
-``KAFKA_BOOTSTRAP_SERVERS`` names). A topic of ``PARTITIONS`` partitions receives ``EVENTS``
-synthetic events (:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, spread evenly over
-the partitions). Then, for n = 1 and n = 2 in turns, ``ROUNDS`` times each with a fresh consumer
-group, n ``novikoff serve`` learner processes in mixing mode (``[mixing] round_events =
-ROUND_EVENTS``, default settings otherwise) learn the whole topic.
+``KAFKA_BOOTSTRAP_SERVERS`` names). For n = 1 and n = 2 in turns, ``ROUNDS`` times each, a fresh
+topic of ``PARTITIONS`` partitions receives the same ``EVENTS`` synthetic events
+(:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, dealt evenly to the partitions)
+and n ``novikoff serve`` learner processes of a fresh group in mixing mode (``[mixing]
+round_events = ROUND_EVENTS``, default settings otherwise) learn all of it.
 
-Every ``WATCH_INTERVAL_S`` the benchmark reads each process's ``/stats``. The clock starts at the
-first reading where the n processes together own all the partitions (the group is stable:
-joining is not counted) and stops when the mixed round that holds the last event is served.
-The rate is the events of the rounds mixed in between over that time; the best run of each side
-is kept. Both sides must serve bit-identical mixed weights (a correctness check).
+The last partition is the gate: its events are published only once the n processes together
+own all the partitions (the group is stable: joining is not counted), read from each process's
+``/stats`` every ``WATCH_INTERVAL_S``; until then no round after the first can be mixed. The
+clock starts then and stops when the mixed round that holds the last event is served. The rate
+is the events learned in between (all of them minus those learned at the start) over that time;
+the gate's publication runs inside the window on both sides alike. The best run of each side is
+kept. Both sides must serve bit-identical mixed weights (a correctness check).
 
 Record: ``mixing_learners2_vs_1`` (bar 1.3x).
 """
@@ -46,7 +48,9 @@ PARTITIONS = 4
 DIMENSION = 10
 ROUND_EVENTS = 5_000
 EVENTS = PARTITIONS * ROUND_EVENTS * 20
-QUICK_EVENTS = PARTITIONS * ROUND_EVENTS * 3
+QUICK_EVENTS = PARTITIONS * ROUND_EVENTS * 4
+GATE = PARTITIONS - 1
+"""The partition whose events are published once the group is stable."""
 ROUNDS = 2
 QUICK_ROUNDS = 1
 BAR = 1.3
@@ -74,10 +78,17 @@ def config(directory: Path, stream: SyntheticStream) -> Path:
     return path
 
 
-def produce(bootstrap: str, stream: SyntheticStream, count: int) -> None:
-    """Create the topic and publish ``count`` events, round robin over its partitions."""
+def split(stream: SyntheticStream, count: int) -> dict[int, list[tuple[bytes, bytes]]]:
+    """``count`` events of ``stream`` as (key, value), dealt round robin to the partitions."""
+    dealt: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    for index, (event_id, value) in enumerate(stream.records(count)):
+        dealt[index % PARTITIONS].append((event_id.encode(), value))
+    return dealt
+
+
+def produce(bootstrap: str, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
+    """Publish ``records`` (partition → (key, value) in order) to ``topic``."""
     kafka = load_settings(kafka={"bootstrap_servers": bootstrap}).kafka
-    ensure_topics(kafka, [TOPIC], partitions=PARTITIONS)
     producer = KafkaProducer(
         **kafka.client_config(),
         acks=1,
@@ -85,15 +96,18 @@ def produce(bootstrap: str, stream: SyntheticStream, count: int) -> None:
         batch_size=PRODUCER_BATCH_BYTES,
     )
     try:
-        for index, (event_id, value) in enumerate(stream.records(count)):
-            producer.send(TOPIC, key=event_id.encode(), value=value, partition=index % PARTITIONS)
+        for partition, items in records.items():
+            for key, value in items:
+                producer.send(topic, key=key, value=value, partition=partition)
         producer.flush()
     finally:
         producer.close()
 
 
 @contextmanager
-def learner_process(config_path: Path, bootstrap: str, group: str, log: Path) -> Iterator[str]:
+def learner_process(
+    config_path: Path, bootstrap: str, topic: str, group: str, log: Path
+) -> Iterator[str]:
     """One ``novikoff serve`` learner in mixing mode; yields its URL once ready."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOVIKOFF_")}
@@ -101,7 +115,7 @@ def learner_process(config_path: Path, bootstrap: str, group: str, log: Path) ->
         {
             "NOVIKOFF_CONFIG": str(config_path),
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "NOVIKOFF_KAFKA__TOPIC": TOPIC,
+            "NOVIKOFF_KAFKA__TOPIC": topic,
             "NOVIKOFF_KAFKA__GROUP_ID": group,
             "NOVIKOFF_HTTP__HOST": HOST,
             "NOVIKOFF_HTTP__PORT": str(port),
@@ -138,40 +152,65 @@ def owned(stats: dict[str, Any]) -> int:
     return sum(1 for s in stats["mixing"]["shards"] if s["state"] in OWNING_STATES)
 
 
+def learned(stats: list[dict[str, Any]]) -> int:
+    """Events the learners have learned so far, mixed or in a round (every round has R)."""
+    shards: dict[int, int] = {}
+    for one in stats:
+        for shard in one["mixing"]["shards"]:
+            done = int(shard["contributed_round"]) * ROUND_EVENTS
+            done += int(shard["learned_in_round"] or 0)
+            shards[shard["partition"]] = max(shards.get(shard["partition"], 0), done)
+    return sum(shards.values())
+
+
 def timed_run(
-    config_path: Path, bootstrap: str, learners: int, rounds: int, directory: Path
+    config_path: Path,
+    bootstrap: str,
+    learners: int,
+    dealt: dict[int, list[tuple[bytes, bytes]]],
+    directory: Path,
 ) -> tuple[float, list[float]]:
     """(events/s of ``learners`` processes once the group is stable, the served weights)."""
     group = f"bench-mixing-{uuid.uuid4().hex[:8]}"
+    topic = f"{TOPIC}-{group}"
+    kafka = load_settings(kafka={"bootstrap_servers": bootstrap}).kafka
+    ensure_topics(kafka, [topic], partitions=PARTITIONS)
+    produce(bootstrap, topic, {p: items for p, items in dealt.items() if p != GATE})
+    total = sum(len(items) for items in dealt.values())
+    rounds = total // (ROUND_EVENTS * PARTITIONS)
     with ExitStack() as stack:
         urls = [
             stack.enter_context(
-                learner_process(config_path, bootstrap, group, directory / f"{group}-{i}.log")
+                learner_process(
+                    config_path, bootstrap, topic, group, directory / f"{group}-{i}.log"
+                )
             )
             for i in range(learners)
         ]
         client = stack.enter_context(httpx.Client(timeout=10.0))
-        started: tuple[float, int] | None = None
         deadline = time.monotonic() + LEARN_TIMEOUT_S
         while True:
-            now = time.monotonic()
+            stats = [client.get(url + "/stats").json() for url in urls]
+            if sum(owned(s) for s in stats) == PARTITIONS and all(owned(s) for s in stats):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{learners} learner(s) never owned all the partitions")
+            time.sleep(WATCH_INTERVAL_S)
+        started, before = time.monotonic(), learned(stats)
+        produce(bootstrap, topic, {GATE: dealt[GATE]})
+        while True:
             stats = [client.get(url + "/stats").json() for url in urls]
             done = min(int(s["mixing"]["round"]) for s in stats)
-            if started is None and sum(owned(s) for s in stats) == PARTITIONS:
-                started = (now, done)
-            if done >= rounds and started is not None:
+            if done >= rounds:
                 break
-            if now > deadline:
+            if time.monotonic() > deadline:
                 raise TimeoutError(f"{learners} learner(s) mixed {done} of {rounds} rounds")
             time.sleep(WATCH_INTERVAL_S)
-        first_time, first_round = started
-        if first_round >= rounds:
-            raise ResultMismatchError("the stream was learned before the group was stable")
-        events = (rounds - first_round) * ROUND_EVENTS * PARTITIONS
+        elapsed = time.monotonic() - started
         weights = [client.get(url + "/model").json()["weights"]["last"] for url in urls]
     if any(w != weights[0] for w in weights):
         raise ResultMismatchError(f"{learners} learners serve different mixed models")
-    return events / (now - first_time), weights[0]
+    return (total - before) / elapsed, weights[0]
 
 
 def run(quick: bool = False) -> list[BenchRecord]:
@@ -183,13 +222,13 @@ def run(quick: bool = False) -> list[BenchRecord]:
     with tempfile.TemporaryDirectory(prefix="novikoff-bench-mixing-") as tmp:
         directory = Path(tmp)
         config_path = config(directory, stream)
+        dealt = split(stream, events)
         with broker(directory) as (bootstrap, broker_name, _):
-            produce(bootstrap, stream, events)
             rates: dict[int, list[float]] = {1: [], 2: []}
             models: dict[int, list[float]] = {}
             for _ in range(repeats):
                 for learners in (1, 2):
-                    rate, weights = timed_run(config_path, bootstrap, learners, rounds, directory)
+                    rate, weights = timed_run(config_path, bootstrap, learners, dealt, directory)
                     rates[learners].append(rate)
                     models[learners] = weights
     if models[1] != models[2]:

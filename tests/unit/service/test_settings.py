@@ -222,3 +222,19 @@ def test_the_moved_http_feature_limit_says_where_it_went(tmp_path: Path) -> None
     with pytest.raises(SettingsError, match=r"model\.max_features_per_event"):
         load_settings(write(tmp_path, "[http]\nmax_features = 32\n"))
     assert load_settings(write(tmp_path, "[http]\nmax_batch_size = 32\n")).http.max_batch_size == 32
+
+
+def test_mixing_is_off_by_default_and_needs_fixed_shapes() -> None:
+    assert not Settings().mixing.enabled
+    on = load_settings(mixing={"round_events": 100}, model={"encoding": "hashing"})
+    assert on.mixing.enabled
+    assert on.mixing.contributions_topic_name(on.kafka.topic) == "events.mixing"
+    for refused in (
+        {"model": {"encoding": "vocabulary"}},
+        {"model": {"variant": "multiclass"}},
+        {"service": {"role": "replica"}, "model": {"encoding": "hashing"}},
+    ):
+        with pytest.raises(SettingsError, match="mixing"):
+            load_settings(mixing={"round_events": 100}, **refused)
+        # Control: the same settings without mixing load.
+        assert not load_settings(**refused).mixing.enabled
