@@ -50,6 +50,30 @@ REFERENCE_GAUGES = (
 )
 """(``/stats`` bound entry key, metric name, help) of the per-reference gauges."""
 
+DISTRIBUTED_GAUGES = (
+    (
+        "total_bound",
+        "novikoff_distributed_bound",
+        "Mixing mode: the distributed (IPM) bound on the mistakes of all shards, P * bound.",
+    ),
+    (
+        "bound",
+        "novikoff_distributed_mixed_bound",
+        "Mixing mode: the distributed bound on the mixed mistakes M~ (mean over the shards).",
+    ),
+    (
+        "mixed_mistakes",
+        "novikoff_distributed_mixed_mistakes",
+        "Mixing mode: the mixed mistakes M~, the shards' mistakes summed with weights 1/P.",
+    ),
+    (
+        "k_mixed",
+        "novikoff_distributed_bound_k",
+        "Mixing mode: K~, the shards' events below the minimising gamma, weights 1/P.",
+    ),
+)
+"""(``/stats`` ``mixing.bound`` entry key, metric name, help) of the distributed bound's gauges."""
+
 
 class WeightsView(Protocol):
     """The weights a snapshot's predictor exposes (``learning.Predictor``)."""
@@ -164,6 +188,18 @@ class _Families:
             "Records in a partition not yet applied: highwater minus next offset.",
             labels=["topic", "partition"],
         )
+        self.mixing_round = GaugeMetricFamily(
+            "novikoff_mixing_round", "Mixing mode: the round of the mixed model served."
+        )
+        self.distributed = {
+            key: GaugeMetricFamily(name, documentation, labels=["reference"])
+            for key, name, documentation in DISTRIBUTED_GAUGES
+        }
+        self.distributed_violated = GaugeMetricFamily(
+            "novikoff_distributed_bound_violated",
+            "Mixing mode: 1 when the mixed mistakes exceed the distributed bound, else 0.",
+            labels=["reference"],
+        )
 
     def all(self) -> Iterator[Metric]:
         yield self.events_learned
@@ -177,6 +213,9 @@ class _Families:
         yield self.model_version
         yield self.weight_norm
         yield self.lag
+        yield self.mixing_round
+        yield from self.distributed.values()
+        yield self.distributed_violated
 
     def fill(self, snapshot: Snapshot) -> None:
         stats = snapshot.stats
@@ -202,6 +241,14 @@ class _Families:
         for row in stats.get("partitions") or ():
             labels = [str(row.get("topic")), str(row.get("partition"))]
             self.lag.add_metric(labels, _gauge_value(row.get("lag")))
+        mixing = stats.get("mixing")
+        if isinstance(mixing, Mapping):
+            self.mixing_round.add_metric([], _gauge_value(mixing.get("round")))
+            for entry in mixing.get("bound") or ():
+                name = str(entry.get("name"))
+                for key, family in self.distributed.items():
+                    family.add_metric([name], _gauge_value(entry.get(key)))
+                self.distributed_violated.add_metric([name], 1.0 if entry.get("violated") else 0.0)
 
 
 def _is_number(value: object) -> bool:

@@ -251,3 +251,20 @@ def test_consumer_errors_are_counted_by_kind(registry: CollectorRegistry) -> Non
     assert registry.get_sample_value(name, {"kind": "unknown_topic"}) == 1.0
     assert registry.get_sample_value(name, {"kind": "transient"}) == 2.0
     assert registry.get_sample_value(name, {"kind": "codec"}) == 0.0
+
+
+def test_the_distributed_bound_follows_the_mixing_section(registry: CollectorRegistry) -> None:
+    bound = {"name": "u", "total_bound": 80.0, "bound": 20.0, "mixed_mistakes": 3.5}
+    following(registry, mixing={"round": 7, "bound": [{**bound, "k_mixed": 0.25}]})
+    assert registry.get_sample_value("novikoff_mixing_round") == 7
+    labels = {"reference": "u"}
+    assert registry.get_sample_value("novikoff_distributed_bound", labels) == 80.0
+    assert registry.get_sample_value("novikoff_distributed_mixed_bound", labels) == 20.0
+    assert registry.get_sample_value("novikoff_distributed_mixed_mistakes", labels) == 3.5
+    assert registry.get_sample_value("novikoff_distributed_bound_k", labels) == 0.25
+    assert registry.get_sample_value("novikoff_distributed_bound_violated", labels) == 0
+    # Control: without mixing there is no sample.
+    other = CollectorRegistry()
+    following(other)
+    assert other.get_sample_value("novikoff_mixing_round") is None
+    assert other.get_sample_value("novikoff_distributed_bound", labels) is None
