@@ -56,6 +56,9 @@ WAITING_POLL_MS = 50
 """How long one turn polls the events while no owned shard is learning."""
 FOLLOW_POLL_MS = 1
 """How long one turn waits for contributions (fetches run in the background)."""
+FOLLOW_FETCH_WAIT_MS = 10
+"""The broker answers the follower's fetches within this: a round's contributions become
+visible only when their transactions commit, and every shard waits for them."""
 CLOSE_TIMEOUT_MS = 1_000
 
 BoundFactory = Callable[[int], DistributedBound]
@@ -253,7 +256,12 @@ class MixingRunner:
             self._ensure_topics()
         connection = self._settings.connection_config()
         follower = self._build_consumer(
-            {**connection, "enable_auto_commit": False, "isolation_level": "read_committed"}
+            {
+                **connection,
+                "enable_auto_commit": False,
+                "isolation_level": "read_committed",
+                "fetch_max_wait_ms": FOLLOW_FETCH_WAIT_MS,
+            }
         )
         contributions = TopicPartition(self._options.contributions_topic, CONTRIBUTIONS_PARTITION)
         follower.assign([contributions])

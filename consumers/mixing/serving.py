@@ -46,12 +46,12 @@ def mixing_section(
         in_round = contributed[p] + 1
         if p in learning:
             state = "learning"
+        elif p not in active:
+            state = "owned elsewhere"
         elif contributed[p] > mixed.round:
             state = "waiting for the mix"
-        elif p in active:
-            state = "starting"
         else:
-            state = "owned elsewhere"
+            state = "starting"
         shards.append(
             {
                 "partition": p,

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService
-from tests.support.ledger import Ledger, PacedPublisher, publish, read_dead_letters
+from tests.support.ledger import EventPlan, Ledger, PacedPublisher, publish, read_dead_letters
 from tests.support.mixing import (
     PARTITIONS,
     instances,
@@ -26,6 +27,8 @@ from tests.support.mixing import (
     mixing_env,
     offline_mix,
     planned_stream,
+    read_contributions,
+    replay_cuts,
     served_last,
 )
 
@@ -176,3 +179,48 @@ def test_a_sigkill_mid_round_changes_nothing_in_the_result(
         publisher.cancel()
         victim.stop()
         survivor.stop()
+
+
+CUT_SECONDS = 1.0
+CUT_ROUND_EVENTS = 1_000
+CUT_EVENTS_PER_PARTITION = 300
+CUT_ROUNDS = 3
+
+
+def test_time_cuts_are_recorded_and_an_idle_partition_does_not_stall_the_others(
+    kafka_bootstrap: str, topic_name: str, tmp_path: Path
+) -> None:
+    stream = ConfiguredStream(dim=4, seed=31, noise=0.1)
+    kafka = load_settings(kafka={"bootstrap_servers": kafka_bootstrap}).kafka
+    dlq = f"{topic_name}.dlq"
+    ensure_topics(kafka, [topic_name], partitions=PARTITIONS)
+    ensure_topics(kafka, [dlq])
+    # Partition 3 stays empty; the others hold fewer events than one round.
+    plan = EventPlan(ConfiguredStream(dim=4, seed=31).synthetic(), partitions=PARTITIONS - 1)
+    produced = publish(kafka_bootstrap, topic_name, plan.valid(3 * CUT_EVENTS_PER_PARTITION))
+    group = f"{topic_name}-mix"
+    env = {**mixing_env(CUT_ROUND_EVENTS, dlq), "NOVIKOFF_MIXING__ROUND_SECONDS": str(CUT_SECONDS)}
+    (service,) = instances(
+        tmp_path, 1, bootstrap=kafka_bootstrap, topic=topic_name, stream=stream, group=group,
+        env=env,
+    )  # fmt: skip
+    try:
+        service.start()
+        wait_all_mixed([service], CUT_ROUNDS)
+        model = service.get("/model").json()
+    finally:
+        service.stop()
+    cuts = read_contributions(kafka_bootstrap, f"{topic_name}.mixing", group)
+    served_round = int(model["model_version"])
+    mixed = [c for c in cuts if c.round <= served_round]
+    assert len(mixed) == PARTITIONS * served_round
+    assert all(c.time_cut for c in mixed)
+    idle = [c for c in mixed if c.partition == PARTITIONS - 1]
+    assert [(c.learned, c.start_offset, c.end_offset) for c in idle] == [(0, 0, 0)] * served_round
+    assert sum(c.learned for c in mixed) == 3 * CUT_EVENTS_PER_PARTITION
+    # Replaying the recorded cuts gives the served model.
+    replayed = replay_cuts(stream, produced, mixed)
+    assert model["weights"]["last"] == replayed[-1].ravel().tolist()
+    # Control: other cuts (everything in round 1 of a single shard) give other weights.
+    moved = [dataclasses.replace(c, partition=0) if c.round == 1 else c for c in mixed]
+    assert replay_cuts(stream, produced, moved)[-1].ravel().tolist() != model["weights"]["last"]

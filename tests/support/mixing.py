@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kafka import KafkaConsumer, TopicPartition
 from numpy.typing import NDArray
 
+from consumers.mixing.contribution import Contribution
 from learning.mixing import mix_uniform
 from learning.seeding import learner_weights, seed_learner
 from service.model import build_learner
@@ -26,6 +29,8 @@ from tests.support.ledger import EventPlan, Planned, Produced
 from tests.support.poison import poison_catalogue
 
 PARTITIONS = 4
+READ_TIMEOUT_S = 30.0
+POLL_MS = 200
 CHEAP_POISON = tuple(k for k in poison_catalogue() if k.value is None or len(k.value) < 1000)
 
 
@@ -129,3 +134,53 @@ def served_last(service: FaultyService) -> list[float]:
     response.raise_for_status()
     weights: list[float] = response.json()["weights"]["last"]
     return weights
+
+
+def read_contributions(bootstrap: str, topic: str, group: str) -> list[Contribution]:
+    """Every committed contribution of ``group`` in the contributions topic ``topic``."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        out: list[Contribution] = []
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=POLL_MS).values():
+                out.extend(Contribution.decode(r.value) for r in records)
+        return [c for c in out if c.group == group]
+    finally:
+        consumer.close()
+
+
+def replay_cuts(
+    stream: ConfiguredStream, produced: Sequence[Produced], cuts: Sequence[Contribution]
+) -> list[NDArray[np.float64]]:
+    """The mixed weights of each round, replaying the offsets each contribution covered."""
+    settings = load_settings(model={"dim": stream.dim})
+    valid = {(r.planned.partition, r.offset): r for r in produced if r.planned.reason is None}
+    by_round: dict[int, list[Contribution]] = {}
+    for c in cuts:
+        by_round.setdefault(c.round, []).append(c)
+    weights = learner_weights(build_learner(settings.model)) * 0.0
+    mixes = []
+    for round_ in sorted(by_round):
+        shards = []
+        for c in sorted(by_round[round_], key=lambda c: c.partition):
+            rows = [
+                valid[(c.partition, o)]
+                for o in range(c.start_offset, c.end_offset)
+                if (c.partition, o) in valid
+            ]
+            learner = seed_learner(build_learner(settings.model), weights)
+            if rows:
+                X = learner.encoder.encode_batch([list(r.planned.features or ()) for r in rows])
+                y = np.array([r.planned.label for r in rows], dtype=np.float64)
+                learner.learn_batch(X, y)
+            shards.append(learner_weights(learner))
+        weights = mix_uniform(shards)
+        mixes.append(weights)
+    return mixes
