@@ -19,6 +19,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -87,6 +88,7 @@ class MixLedger:
         self._newest: dict[int, Contribution] = {}
         self._averaged_sum = np.zeros_like(zero)
         self._progress: dict[int, MixedProgress] = {}
+        self._bound_status = bound.status()
         self._current = Mixed(0, zero.copy(), zero.copy(), 0, 0, {}, {})
 
     @property
@@ -97,6 +99,11 @@ class MixLedger:
     def newest(self, partition: int) -> Contribution | None:
         """``partition``'s newest contribution (mixed or not), if any."""
         return self._newest.get(partition)
+
+    @property
+    def bound_status(self) -> list[Any]:
+        """The distributed bound's status after the newest mixed round (one per reference)."""
+        return list(self._bound_status)
 
     def progress(self) -> dict[int, MixedProgress]:
         """Per partition, what the mixed rounds covered (partitions in no mixed round absent)."""
@@ -143,6 +150,7 @@ class MixLedger:
             prequential.update(c.prequential)
             dead_lettered.update(c.dead_lettered)
         self.bound.add_round([c.bound for c in shards])
+        self._bound_status = self.bound.status()
         for c in shards:
             before = self._progress.get(c.partition)
             self._progress[c.partition] = MixedProgress(

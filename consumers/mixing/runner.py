@@ -33,11 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka import ConsumerRebalanceListener, TopicPartition
 
 from consumers.dlq import default_dead_letter_topic
 from consumers.engine import Engine
 from consumers.faults import ConsumerFault
+from consumers.mixing._kafka import kafka_consumer, restore_parked_records
 from consumers.mixing.contribution import Contribution, ContributionError
 from consumers.mixing.ledger import MixLedger
 from consumers.mixing.producer import ShardProducer, shard_transactional_id
@@ -53,9 +54,17 @@ logger = logging.getLogger(__name__)
 CONTRIBUTIONS_PARTITION = 0
 CATCH_UP_TIMEOUT_S = 30.0
 WAITING_POLL_MS = 50
-"""How long one turn polls the events while no owned shard is learning."""
+"""How long one turn waits for contributions while no owned shard is learning."""
+IDLE_EVENTS_POLL_MS = 5
+"""How long one turn polls the events while no owned shard is learning (never 0: kafka-python's
+group upkeep, heartbeats and the poll interval, needs time inside poll())."""
 FOLLOW_POLL_MS = 1
-"""How long one turn waits for contributions (fetches run in the background)."""
+"""How long a turn with shards learning waits for contributions (fetches run in the
+background)."""
+FOLLOW_INTERVAL_S = 0.1
+"""While every owned shard is learning, the contributions topic is read at most this often."""
+PROGRESS_INTERVAL_S = 0.1
+"""The ``/stats`` ``mixing`` section is refreshed at most this often (and at every mix)."""
 FOLLOW_FETCH_WAIT_MS = 10
 """The broker answers the follower's fetches within this: a round's contributions become
 visible only when their transactions commit, and every shard waits for them."""
@@ -63,25 +72,6 @@ CLOSE_TIMEOUT_MS = 1_000
 
 BoundFactory = Callable[[int], DistributedBound]
 ConsumerBuilder = Callable[[Mapping[str, Any]], Any]
-
-
-def kafka_consumer(config: Mapping[str, Any]) -> Any:
-    """A kafka-python consumer with ``config``."""
-    return KafkaConsumer(**config)
-
-
-def _restore_parked_records(consumer: Any) -> None:
-    """Let kafka-python hand back the records it parked for a partition paused meanwhile.
-
-    kafka-python 3.0.12 parks the buffered records of a partition paused mid-batch and restores
-    them once it is resumed, but only while its in-line slot is ``None``; a drained (empty) batch
-    left in that slot blocks the restore, and as long as records are parked the partition is
-    never fetched again: a resumed shard would wait for ever. An empty slot is emptied here.
-    """
-    fetcher: Any = getattr(consumer, "_fetcher", None)
-    slot = getattr(fetcher, "_next_partition_records", None)
-    if slot is not None and not slot:
-        fetcher._next_partition_records = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +170,8 @@ class MixingRunner:
         self._connected = False
         self._reason: str | None = "the consumer has not started"
         self._published_round = -1
+        self._followed_at = 0.0
+        self._progress_at = 0.0
 
     # -- the worker protocol --------------------------------------------------------------------
 
@@ -325,15 +317,17 @@ class MixingRunner:
         if ledger is None:
             consumer.poll(timeout_ms=WAITING_POLL_MS)
             return
-        self._follow(FOLLOW_POLL_MS)
+        now = time.monotonic()
+        waiting = len(self._shards) < len(self._positions) or not self._shards
+        if waiting or now - self._followed_at >= FOLLOW_INTERVAL_S:
+            self._followed_at = now
+            self._follow(FOLLOW_POLL_MS if self._shards else WAITING_POLL_MS)
         for p in sorted(self._to_activate & self._owned):
             self._activate(p, ledger)
         self._start_rounds(ledger)
-        _restore_parked_records(consumer)
-        # Never a zero timeout: kafka-python's group upkeep (heartbeats, the poll interval)
-        # needs time inside poll().
+        restore_parked_records(consumer)
         polled = consumer.poll(
-            timeout_ms=self._settings.poll_timeout_ms if self._shards else WAITING_POLL_MS,
+            timeout_ms=self._settings.poll_timeout_ms if self._shards else IDLE_EVENTS_POLL_MS,
             max_records=self._settings.max_poll_records,
         )
         self._connected = True
@@ -345,7 +339,8 @@ class MixingRunner:
             for p, shard in sorted(self._shards.items()):
                 if now - shard.started_at >= self._options.round_seconds:
                     self._finish(p, time_cut=True)
-        self._publish_progress()
+        if time.monotonic() - self._progress_at >= PROGRESS_INTERVAL_S:
+            self._publish_progress()
 
     def _ensure_ledger(self) -> MixLedger | None:
         if self._ledger is not None:

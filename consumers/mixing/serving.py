@@ -71,7 +71,7 @@ def mixing_section(
         "learned": mixed.learned,
         "mistakes": mixed.mistakes,
         "shards": shards,
-        "bound": [_jsonable(status) for status in ledger.bound.status()],
+        "bound": [_jsonable(status) for status in ledger.bound_status],
     }
 
 
