@@ -82,6 +82,33 @@ def default_gamma_grid() -> NDArray[np.float64]:
     return grid
 
 
+def checked_gamma_grid(gamma_grid: ArrayLike | None) -> NDArray[np.float64]:
+    """``gamma_grid`` as a strictly increasing vector of finite positive values (``None``: the
+    default grid); :class:`ValueError` otherwise."""
+    grid = default_gamma_grid() if gamma_grid is None else np.array(gamma_grid, dtype=float)
+    if grid.ndim != 1 or grid.size == 0 or not (grid > 0).all() or not np.isfinite(grid).all():
+        raise ValueError("gamma_grid must be a non-empty vector of finite positive values")
+    if (np.diff(grid) <= 0).any():
+        raise ValueError("gamma_grid must be strictly increasing")
+    return grid
+
+
+def check_state_arrays(
+    owner: str,
+    arrays: Mapping[str, NDArray[Any]],
+    expected: Mapping[str, tuple[tuple[int, ...], type[np.generic]]],
+) -> None:
+    """:class:`StateError` unless every named array of a saved state has its expected shape and
+    dtype (``owner`` names the saved object in the message)."""
+    for name, (shape, dtype) in expected.items():
+        array = arrays[name]
+        if array.shape != shape or array.dtype != dtype:
+            raise StateError(
+                f"{owner} array {name!r} is {array.dtype}{array.shape}, expected "
+                f"{np.dtype(dtype)}{shape}"
+            )
+
+
 @dataclass(frozen=True, init=False)
 class Reference:
     """A named reference separator, normalised to unit length on construction.
@@ -213,11 +240,7 @@ class BoundTracker:
                 raise ValueError(f"reference {reference.name!r} must be {kind}")
         if margin_window < 1:
             raise ValueError(f"margin_window must be at least 1, got {margin_window}")
-        grid = default_gamma_grid() if gamma_grid is None else np.array(gamma_grid, dtype=float)
-        if grid.ndim != 1 or grid.size == 0 or not (grid > 0).all() or not np.isfinite(grid).all():
-            raise ValueError("gamma_grid must be a non-empty vector of finite positive values")
-        if (np.diff(grid) <= 0).any():
-            raise ValueError("gamma_grid must be strictly increasing")
+        grid = checked_gamma_grid(gamma_grid)
         self.references = tuple(references)
         self.gamma_grid = grid
         self.multiclass = multiclass
@@ -459,13 +482,7 @@ class BoundTracker:
             "violation_bound": ((n_refs,), np.float64),
             "margins": ((tracker.margin_window,), np.float64),
         }
-        for name, (shape, dtype) in expected.items():
-            array = arrays[name]
-            if array.shape != shape or array.dtype != dtype:
-                raise StateError(
-                    f"tracker array {name!r} is {array.dtype}{array.shape}, expected "
-                    f"{np.dtype(dtype)}{shape}"
-                )
+        check_state_arrays("tracker", arrays, expected)
         references = []
         for i, name in enumerate(names):
             matrix = stack[i] if multiclass else stack[i, 0]

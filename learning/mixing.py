@@ -38,8 +38,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from learning.bounds import KESLER_FACTOR, VIOLATION_TOLERANCE, BoundTracker, default_gamma_grid
-from learning.errors import StateError
+from learning.bounds import (
+    KESLER_FACTOR,
+    VIOLATION_TOLERANCE,
+    BoundTracker,
+    check_state_arrays,
+    checked_gamma_grid,
+)
 
 NO_VIOLATION = -1
 """The violation round of a reference whose bound has always held."""
@@ -195,9 +200,7 @@ class DistributedBound:
             raise ValueError(f"partitions must be at least 1, got {partitions}")
         if len(set(names)) != len(names):
             raise ValueError(f"reference names must be unique, got {list(names)}")
-        grid = default_gamma_grid() if gamma_grid is None else np.array(gamma_grid, dtype=float)
-        if grid.ndim != 1 or grid.size == 0 or not (grid > 0).all() or not np.isfinite(grid).all():
-            raise ValueError("gamma_grid must be a non-empty vector of finite positive values")
+        grid = checked_gamma_grid(gamma_grid)
         self.names = tuple(names)
         self.partitions = partitions
         self.gamma_grid = grid
@@ -338,13 +341,7 @@ class DistributedBound:
             "min_margins": ((n_refs,), np.float64),
             "violation_round": ((n_refs,), np.int64),
         }
-        for name, (shape, dtype) in expected.items():
-            array = arrays[name]
-            if array.shape != shape or array.dtype != dtype:
-                raise StateError(
-                    f"distributed bound array {name!r} is {array.dtype}{array.shape}, expected "
-                    f"{np.dtype(dtype)}{shape}"
-                )
+        check_state_arrays("distributed bound", arrays, expected)
         bound._histograms = arrays["histograms"].copy()
         bound._min_margins = arrays["min_margins"].copy()
         bound._violation_round = arrays["violation_round"].copy()

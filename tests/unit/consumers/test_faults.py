@@ -115,7 +115,8 @@ def test_a_codec_error_reports_its_fix_once_counts_every_retry_and_clears(
     assert "cannot be decoded" in line and "python-snappy" in line
     wait_until(lambda: runner.connected)  # set by the runner's loop after the batch it applied
     assert runner.fault is None and runner.not_ready_reason is None
-    assert engine.snapshot.seen == len(log)
+    # The snapshot is published after the batch's offsets advance: wait for it, do not race it.
+    wait_until(lambda: engine.snapshot.seen == len(log))
     assert runner.stop(timeout=TIMEOUT_S)
 
 
