@@ -2,10 +2,16 @@
 
 * Whatever the number of instances, every instance serves bit-identical mixed models, equal to
   the offline IPM of the same stream (``round_seconds = 0``); the ledger balances (produced =
-  learned + dead-lettered) and every dead letter is there exactly once ``read_committed``.
-  Controls: the offline IPM with another R, and one sequential perceptron over the same events,
-  give other weights (the comparison can fail); a dead letter removed from what was read makes
-  the ledger check fail.
+  learned + dead-lettered), every dead letter is there exactly once ``read_committed``, and the
+  distributed bound holds on the noisy stream. Controls: the offline IPM with another R, or one
+  round fewer, gives other weights; a dead letter left out makes the ledger check fail.
+* A SIGKILL of one of two instances mid-round, then its restart (a rebalance mid-round), change
+  nothing. Control: the survivor's log shows the killed rounds started again from their starts.
+* ``round_seconds``: every cut is recorded in the contributions, an idle partition does not stall
+  the others, and replaying the recorded cuts gives the served model. Control: other cuts give
+  other weights.
+* Separable data: the shards' mistakes stay within P·(R/γ)² and stop. Control: the first round
+  has mistakes.
 """
 
 from __future__ import annotations
@@ -224,3 +230,46 @@ def test_time_cuts_are_recorded_and_an_idle_partition_does_not_stall_the_others(
     # Control: other cuts (everything in round 1 of a single shard) give other weights.
     moved = [dataclasses.replace(c, partition=0) if c.round == 1 else c for c in mixed]
     assert replay_cuts(stream, produced, moved)[-1].ravel().tolist() != model["weights"]["last"]
+
+
+SEPARABLE_ROUND_EVENTS = 300
+SEPARABLE_ROUNDS = 6
+QUIET_ROUNDS = 3
+"""The last rounds, in which the shards must make no mistake any more."""
+
+
+def test_on_separable_data_the_mistakes_stay_within_novikoff_and_stop(
+    kafka_bootstrap: str, topic_name: str, tmp_path: Path
+) -> None:
+    stream = ConfiguredStream(dim=4, seed=37, margin=0.1, noise=0.0)
+    kafka = load_settings(kafka={"bootstrap_servers": kafka_bootstrap}).kafka
+    dlq = f"{topic_name}.dlq"
+    ensure_topics(kafka, [topic_name], partitions=PARTITIONS)
+    ensure_topics(kafka, [dlq])
+    planned = planned_stream(stream, SEPARABLE_ROUNDS, SEPARABLE_ROUND_EVENTS, 0, seed=5)
+    publish(kafka_bootstrap, topic_name, planned)
+    group = f"{topic_name}-mix"
+    (service,) = instances(
+        tmp_path, 1, bootstrap=kafka_bootstrap, topic=topic_name, stream=stream, group=group,
+        env=mixing_env(SEPARABLE_ROUND_EVENTS, dlq),
+    )  # fmt: skip
+    try:
+        service.start()
+        wait_all_mixed([service], SEPARABLE_ROUNDS)
+        stats = service.stats()
+    finally:
+        service.stop()
+    bound = stats["mixing"]["bound"][0]
+    # Separable: the smallest margin is positive and the bound is P·(R/gamma)^2 (Novikoff's).
+    assert bound["min_margin"] > 0 and bound["novikoff"] is not None
+    assert bound["total_mistakes"] <= PARTITIONS * bound["novikoff"]
+    assert not bound["violated"]
+    cuts = read_contributions(kafka_bootstrap, f"{topic_name}.mixing", group)
+    by_round: dict[int, int] = {}
+    for c in cuts:
+        by_round[c.round] = by_round.get(c.round, 0) + c.mistakes
+    assert [
+        by_round[r] for r in range(SEPARABLE_ROUNDS - QUIET_ROUNDS + 1, SEPARABLE_ROUNDS + 1)
+    ] == [0] * QUIET_ROUNDS, by_round
+    # Control: the shards did make mistakes at first (the check above can fail).
+    assert by_round[1] > 0
