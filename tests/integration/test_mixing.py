@@ -10,7 +10,7 @@
 * ``round_seconds``: every cut is recorded in the contributions, an idle partition does not stall
   the others, and replaying the recorded cuts gives the served model. Control: other cuts give
   other weights.
-* Separable data: the shards' mistakes stay within P·(R/γ)² and stop. Control: the first round
+* Separable data: the shards' mistakes stay within P·(R/gamma)^2 and stop. Control: the first round
   has mistakes.
 """
 
