@@ -2,7 +2,7 @@
 
 One thread per instance. The group's ordinary assignor spreads the partitions over the
 instances; for each partition p it owns, the instance runs :class:`~consumers.mixing.shard.
-ShardRound` after :class:`~consumers.mixing.shard.ShardRound`:
+PartitionRound` after :class:`~consumers.mixing.shard.PartitionRound`:
 
 1. **Activate** p (on assignment, and after any failure): register p's transactional producer,
    which fences p's previous owner and aborts a round it left open; read the contributions topic
@@ -43,7 +43,7 @@ from consumers.mixing.contribution import Contribution, ContributionError
 from consumers.mixing.ledger import MixLedger
 from consumers.mixing.producer import ShardProducer, shard_transactional_id
 from consumers.mixing.serving import mixed_learner, mixing_section
-from consumers.mixing.shard import LearnerFactory, ShardRound
+from consumers.mixing.shard import LearnerFactory, PartitionRound
 from consumers.runner import RunnerSettings
 from consumers.transactions import ProducerBuilder, TransactionError, kafka_transactional_producer
 from learning.mixing import DistributedBound
@@ -166,7 +166,7 @@ class MixingRunner:
         self._to_activate: set[int] = set()
         self._positions: dict[int, tuple[int, int]] = {}
         """Per active partition: its newest committed round and that round's end offset."""
-        self._shards: dict[int, ShardRound] = {}
+        self._shards: dict[int, PartitionRound] = {}
         self._connected = False
         self._reason: str | None = "the consumer has not started"
         self._published_round = -1
@@ -415,7 +415,7 @@ class MixingRunner:
         for p, (committed, offset) in sorted(self._positions.items()):
             if p in self._shards or committed > mixed.round:
                 continue
-            self._shards[p] = ShardRound(
+            self._shards[p] = PartitionRound(
                 self._settings.group,
                 p,
                 committed + 1,

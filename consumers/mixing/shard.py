@@ -1,7 +1,7 @@
 """One shard's round: the ordinary perceptron over a partition's next R valid events.
 
-A :class:`ShardRound` starts from the mixed weights w⁽ʳ⁻¹⁾ with a fresh learner and a fresh bound
-tracker, learns its partition's records in offset order and stops right after the R-th valid
+A :class:`PartitionRound` starts from the mixed weights w⁽ʳ⁻¹⁾ with a fresh learner and a fresh
+bound tracker, learns its partition's records in offset order and stops right after the R-th valid
 event (records the decoder refuses do not count; they are kept to be dead-lettered with the
 round). It never takes a record past that event, so where a round ends depends on the
 partition's contents and R alone.
@@ -35,7 +35,7 @@ def fresh_tracker(template: BoundTracker) -> BoundTracker:
     )
 
 
-class ShardRound:
+class PartitionRound:
     """Partition ``partition``'s round ``round``, from ``start_offset`` and weights ``start``.
 
     Parameters

@@ -14,7 +14,7 @@ from consumers.events import EventDecoder, Record
 from consumers.mixing.contribution import Contribution, ContributionError
 from consumers.mixing.ledger import MixLedger
 from consumers.mixing.serving import mixed_learner
-from consumers.mixing.shard import ShardRound
+from consumers.mixing.shard import PartitionRound
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron, Reference
 from learning.mixing import DistributedBound, mix_uniform
 from learning.seeding import learner_weights, seed_learner
@@ -57,8 +57,8 @@ def stream(partition: int, n: int, seed: int, poison_every: int = 0) -> list[Rec
 
 def shard_round(
     partition: int, round_: int, start: np.ndarray, r: int, offset: int = 0
-) -> ShardRound:
-    return ShardRound(
+) -> PartitionRound:
+    return PartitionRound(
         "g", partition, round_, offset, start,
         round_events=r, learner_factory=learner, tracker_template=tracker(), decoder=decoder(),
     )  # fmt: skip
