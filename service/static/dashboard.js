@@ -119,6 +119,7 @@
     setStat("margin_estimate", margin.value, formatNumber(margin.value));
     $("#margin-window").textContent = margin.window ? `over the last ${formatNumber(margin.window)} events (diagnostic, not a certificate)` : "";
     renderReferences(stats);
+    renderMixing(stats.mixing);
     renderInvalidReasons(stats.invalid || {});
     renderPartitions(stats.partitions || []);
   }
@@ -171,7 +172,41 @@
     });
   }
 
-  function referenceRow(name, index) {
+  // Mixing mode only: the distributed (IPM) bound per reference, over all shards' mistakes.
+  function renderMixing(mixing) {
+    const card = $("#mixing-card");
+    card.hidden = !mixing;
+    if (!mixing) return;
+    for (const key of ["round", "partitions", "mistakes"]) {
+      const node = $(`[data-mixing="${key}"]`, card);
+      node.dataset.value = String(mixing[key]);
+      node.textContent = formatNumber(mixing[key]);
+    }
+    const body = $("#mixing-refs");
+    const statuses = mixing.bound || [];
+    const names = statuses.map((ref) => ref.name);
+    if (body.dataset.names !== JSON.stringify(names)) {
+      body.replaceChildren(...statuses.map((ref, index) => referenceRow(ref.name, index, ["k_mixed", "total_bound", "ratio"])));
+      body.dataset.names = JSON.stringify(names);
+    }
+    statuses.forEach((ref, index) => {
+      const row = body.rows[index];
+      setField(row, "k_mixed", ref.k_mixed, formatNumber(ref.k_mixed));
+      setField(row, "total_bound", ref.total_bound, formatNumber(ref.total_bound));
+      const ratio = ref.total_bound > 0 ? ref.total_mistakes / ref.total_bound : Number.NaN;
+      const ratioCell = setField(row, "ratio", Number.isFinite(ratio) ? ratio : null, formatPercent(ratio));
+      ratioCell.className = ratio > 1 ? "over" : ratio > RATIO_WARN ? "high" : "";
+      row.dataset.violated = String(Boolean(ref.violated));
+      row.title = [
+        `rounds mixed: ${formatNumber(ref.rounds)}, γ: ${formatNumber(ref.gamma)}`,
+        `M̃ = ${formatNumber(ref.mixed_mistakes)} ≤ ${formatNumber(ref.bound)}`,
+        ref.violated ? "VIOLATED: mistakes exceeded this bound" : "bound holds",
+      ].join("\n");
+      $(".violated-flag", row).hidden = !ref.violated;
+    });
+  }
+
+  function referenceRow(name, index, fields = ["gamma", "k", "bound", "ratio"]) {
     const row = document.createElement("tr");
     row.dataset.ref = name;
     const nameCell = document.createElement("td");
@@ -186,7 +221,7 @@
     flag.hidden = true;
     nameCell.append(label, flag);
     row.append(nameCell);
-    for (const field of ["gamma", "k", "bound", "ratio"]) {
+    for (const field of fields) {
       const cell = document.createElement("td");
       cell.dataset.field = field;
       row.append(cell);

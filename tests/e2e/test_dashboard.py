@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from service.settings import load_settings
+from service.topics import ensure_topics
 from tests.support.chromium import Chromium, Page, chromium_binary
 from tests.support.running_service import RunningService, Stream, produce
 
@@ -199,3 +201,85 @@ def test_dashboard_shows_the_live_stats(
 
     assert page.exceptions == []
     assert page.console_errors == []
+
+
+MIXING_PARTITIONS = 2
+MIXING_ROUND_EVENTS = 400
+READ_MIXING = """(() => {
+  const card = document.querySelector("#mixing-card");
+  const value = (node) => node.dataset.value === "" ? null : Number(node.dataset.value);
+  const summary = {};
+  for (const node of card.querySelectorAll("[data-mixing]")) {
+    summary[node.dataset.mixing] = value(node);
+  }
+  const refs = {};
+  for (const row of card.querySelectorAll("#mixing-refs tr[data-ref]")) {
+    const cells = {};
+    for (const cell of row.querySelectorAll("[data-field]")) {
+      cells[cell.dataset.field] = { value: value(cell), text: cell.textContent };
+    }
+    refs[row.dataset.ref] = { cells, violated: row.dataset.violated };
+  }
+  return { hidden: card.hidden, summary, refs };
+})()"""
+
+
+def test_the_distributed_bound_card_shows_mixing_mode_and_hides_otherwise(
+    browser: Chromium,
+    kafka_bootstrap: str,
+    topic_name: str,
+    tmp_path: Path,
+    artifacts_dir: Path,
+    service: RunningService,
+) -> None:
+    """In mixing mode the page shows the round, P and each reference's distributed bound exactly
+    as ``/stats`` ``mixing`` has them; without mixing (the ``service`` fixture) the card stays
+    hidden (the control)."""
+    plain = browser.new_page()
+    plain.navigate(f"{service.base_url}/")
+    plain.wait_for("document.body.dataset.connection === 'live'", CHART_TIMEOUT_S)
+    assert plain.evaluate(READ_MIXING)["hidden"] is True
+
+    mixing_topic = f"{topic_name}-mixing"
+    kafka = load_settings(kafka={"bootstrap_servers": kafka_bootstrap}).kafka
+    ensure_topics(kafka, [mixing_topic, f"{mixing_topic}.dlq"], partitions=MIXING_PARTITIONS)
+    log = artifacts_dir / "e2e-dashboard-mixing-novikoff.log"
+    (tmp_path / "mixing").mkdir()
+    env = {"NOVIKOFF_MIXING__ROUND_EVENTS": str(MIXING_ROUND_EVENTS)}
+    with RunningService(
+        tmp_path / "mixing", kafka_bootstrap, mixing_topic, STREAM, log, extra_env=env
+    ) as mixing:
+        page = browser.new_page()
+        page.set_viewport(*LAPTOP)
+        page.navigate(f"{mixing.base_url}/")
+        produce(kafka_bootstrap, mixing_topic, STREAM, artifacts_dir / "e2e-mixing-produce.log")
+        deadline = time.monotonic() + MATCH_TIMEOUT_S
+        section: dict[str, Any] = {}
+        view: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            before = mixing.stats().get("mixing") or {}
+            view = page.evaluate(READ_MIXING)
+            after = mixing.stats().get("mixing") or {}
+            settled = after.get("round", 0) >= 2 and before == after
+            if settled and view["summary"].get("round") == after["round"]:
+                section = after
+                break
+            time.sleep(REFRESH_WAIT_S)
+        assert section, f"the page never showed a settled mixed round >= 2: {view}"
+        assert view["hidden"] is False
+        assert view["summary"] == {
+            "round": section["round"],
+            "partitions": MIXING_PARTITIONS,
+            "mistakes": section["mistakes"],
+        }
+        assert set(view["refs"]) == {status["name"] for status in section["bound"]} == {"u"}
+        for status in section["bound"]:
+            shown = view["refs"][status["name"]]
+            assert shown["violated"] == "false" and status["violated"] is False
+            for field in ("k_mixed", "total_bound"):
+                assert shown["cells"][field]["value"] == status[field], field
+                assert_text_shows(shown["cells"][field]["text"], status[field])
+            ratio = status["total_mistakes"] / status["total_bound"]
+            assert shown["cells"]["ratio"]["value"] == pytest.approx(ratio, rel=1e-12)
+        page.screenshot(artifacts_dir / "dashboard-mixing.png")
+        assert page.exceptions == [] and page.console_errors == []
