@@ -167,6 +167,11 @@ class StateFollower:
         return self._state
 
     @property
+    def holds_model(self) -> bool:
+        """Whether a state record has been accepted."""
+        return self._state is not None
+
+    @property
     def caught_up_at(self) -> float | None:
         """When the follower last knew its state was the newest committed one (monotonic)."""
         return self._caught_up_at

@@ -138,8 +138,10 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     engine = Engine(learner, tracker, observer=metrics)
     runner: Worker
     if settings.service.role == "replica":
-        # A replica's model comes from the state topic only: no checkpoint, no events consumer.
-        replica = Replica(settings, engine, metrics)
+        # A replica's model comes from Kafka only: no checkpoint, no events consumer. In mixing
+        # mode it follows the contributions topic, otherwise the state topic.
+        follower = build_mixing_runner(settings, engine) if settings.mixing.enabled else None
+        replica = Replica(settings, engine, metrics, mixing=follower)
         runner = replica.follower
         app = create_app(settings, replica, replica, metrics)
     elif settings.mixing.enabled:
@@ -176,7 +178,7 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
 
 
 def build_mixing_runner(settings: Settings, engine: Engine) -> MixingRunner:
-    """The mixing-mode worker (``[mixing] round_events > 0``)."""
+    """The mixing-mode worker (``[mixing] round_events > 0``); a replica's learns nothing."""
     template = engine.tracker
     return MixingRunner(
         engine,
@@ -194,6 +196,7 @@ def build_mixing_runner(settings: Settings, engine: Engine) -> MixingRunner:
             multiclass=template.multiclass,
         ),
         ensure_topics=lambda: ensure_contributions_topic(settings),
+        learns=settings.service.role != "replica",
     )
 
 

@@ -8,6 +8,10 @@ state topic (``read_committed``, from the beginning) and each newer state record
 ``/predict``, ``/model``, ``/stats``, ``/metrics`` and the dashboard report the learner's model
 version.
 
+In mixing mode (``[mixing] round_events > 0``) the model is the newest mixed model instead: the
+replica runs a :class:`~consumers.mixing.runner.MixingRunner` that learns nothing and follows the
+contributions topic (``read_committed``), mixing each complete round exactly as the learners do.
+
 Readiness: ``/readyz`` answers 503 until the replica holds a model and has read the state topic
 to its end, and again once it has not confirmed for ``[service] replica_max_model_age_seconds``
 that its model is the newest (``novikoff_model_age_seconds``). Predictions never stop: during a
@@ -24,6 +28,7 @@ from kafka import KafkaConsumer
 
 from consumers.engine import Engine, EngineSnapshot
 from consumers.faults import ConsumerFault
+from consumers.mixing.runner import MixingRunner
 from consumers.state_follower import FollowerConsumer, StateFollower
 from consumers.state_topic import state_key
 from learning.encoders import Encoder
@@ -47,6 +52,9 @@ class Replica:
         :attr:`model_age_seconds` at every scrape.
     consumer_factory
         Builds the follower's consumer (``KafkaConsumer`` unless a test passes a fake).
+    mixing
+        In mixing mode, the follow-only :class:`MixingRunner` that supplies the mixed models
+        (``None``: follow the state topic).
     clock
         Monotonic clock shared with the follower (tests pass a fake).
     """
@@ -58,21 +66,28 @@ class Replica:
         metrics: Metrics,
         *,
         consumer_factory: Callable[..., FollowerConsumer] = KafkaConsumer,
+        mixing: MixingRunner | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         kafka = settings.kafka
         self._engine = engine
         self._clock = clock
         self._max_age = settings.service.replica_max_model_age_seconds
-        self._topic = kafka.state_topic_name
-        self.follower = StateFollower(
-            self._topic,
-            state_key(kafka.group_id, kafka.topic),
-            self._accept,
-            consumer_factory,
-            kafka.client_config(),
-            clock=clock,
-        )
+        self.follower: StateFollower | MixingRunner
+        if mixing is not None:
+            contributions = settings.mixing.contributions_topic_name(kafka.topic)
+            self._source = f"contributions topic {contributions}"
+            self.follower = mixing
+        else:
+            self._source = f"state topic {kafka.state_topic_name}"
+            self.follower = StateFollower(
+                kafka.state_topic_name,
+                state_key(kafka.group_id, kafka.topic),
+                self._accept,
+                consumer_factory,
+                kafka.client_config(),
+                clock=clock,
+            )
         metrics.watch_model_age(lambda: self.model_age_seconds)
 
     # -- the engine view ------------------------------------------------------------------------
@@ -101,7 +116,7 @@ class Replica:
         ``None`` until it holds a model and has read the state topic to its end.
         """
         caught_up = self.follower.caught_up_at
-        if self.follower.state is None or caught_up is None:
+        if not self.follower.holds_model or caught_up is None:
             return None
         return max(0.0, self._clock() - caught_up)
 
@@ -117,10 +132,10 @@ class Replica:
         age = self.model_age_seconds
         problem = self.follower.problem
         suffix = f" ({problem})" if problem else ""
-        if self.follower.state is None:
-            return f"no model from the state topic {self._topic} yet{suffix}"
+        if not self.follower.holds_model:
+            return f"no model from the {self._source} yet{suffix}"
         if age is None:
-            return f"catching up with the state topic {self._topic}{suffix}"
+            return f"catching up with the {self._source}{suffix}"
         if age > self._max_age:
             return (
                 f"the model is {age:.1f}s old, past service.replica_max_model_age_seconds = "
@@ -138,4 +153,4 @@ class Replica:
     def _accept(self, payload: bytes) -> None:
         """Install a followed state (raises, leaving the model as it was, when it is unusable)."""
         state = self._engine.load_payload(payload)
-        self._engine.install(state, f"model version {state.learner.version} from {self._topic}")
+        self._engine.install(state, f"model version {state.learner.version} from {self._source}")

@@ -456,8 +456,6 @@ class Settings(BaseSettings):
             )
         if self.model.variant == "multiclass" and not self.model.classes:
             raise ValueError("mixing a multiclass model needs its classes declared")
-        if self.service.role == "replica":
-            raise ValueError("mixing is a learner setting; a replica serves no mixed model yet")
         return self
 
     @model_validator(mode="after")

@@ -63,6 +63,8 @@ FOLLOW_POLL_MS = 1
 background)."""
 FOLLOW_INTERVAL_S = 0.1
 """While every owned shard is learning, the contributions topic is read at most this often."""
+END_CHECK_INTERVAL_S = 0.5
+"""How often a replica checks that it has read the contributions topic to its end."""
 PROGRESS_INTERVAL_S = 0.1
 """The ``/stats`` ``mixing`` section is refreshed at most this often (and at every mix)."""
 FOLLOW_FETCH_WAIT_MS = 10
@@ -132,6 +134,9 @@ class MixingRunner:
         Creates the contributions topic when it is missing.
     consumer_builder, producer_builder
         kafka-python clients (tests may pass their own).
+    learns
+        ``False`` for a read replica: no events consumer, no group, no shard; it only follows the
+        contributions topic and serves the mixed models (:attr:`caught_up_at` says how fresh).
     """
 
     def __init__(
@@ -145,8 +150,12 @@ class MixingRunner:
         ensure_topics: Callable[[], object] | None = None,
         consumer_builder: ConsumerBuilder = kafka_consumer,
         producer_builder: ProducerBuilder = kafka_transactional_producer,
+        learns: bool = True,
     ) -> None:
         self._engine = engine
+        self._learns = learns
+        self._caught_up_at: float | None = None
+        self._end_checked_at = 0.0
         self._settings = settings
         self._options = options
         self._learner_factory = learner_factory
@@ -196,6 +205,21 @@ class MixingRunner:
         return self._thread is not None and self._thread.is_alive()
 
     @property
+    def holds_model(self) -> bool:
+        """Whether a mixed model is served (after the first catch-up with the contributions)."""
+        return self._ledger is not None
+
+    @property
+    def caught_up_at(self) -> float | None:
+        """When this instance last knew it held every committed contribution (monotonic)."""
+        return self._caught_up_at
+
+    @property
+    def problem(self) -> str | None:
+        """Why Kafka cannot be read right now (``None`` while it can)."""
+        return self.not_ready_reason
+
+    @property
     def ledger(self) -> MixLedger | None:
         """The mixing ledger (``None`` until the partition count is known)."""
         return self._ledger
@@ -225,7 +249,7 @@ class MixingRunner:
         try:
             while not self._stop.is_set():
                 try:
-                    if self._consumer is None:
+                    if self._follower is None:
                         self._open()
                     self._turn()
                     delay = self._settings.backoff_seconds
@@ -261,6 +285,8 @@ class MixingRunner:
         self._follower = follower
         self._ledger = None  # rebuilt from the start of the contributions topic
         self._published_round = -1
+        if not self._learns:
+            return
         consumer = self._build_consumer(self._settings.kafka_consumer_config())
         consumer.partitions_for_topic(self._settings.topic)
         consumer.subscribe([self._settings.topic], listener=_Listener(self))
@@ -312,6 +338,9 @@ class MixingRunner:
     # -- one turn -------------------------------------------------------------------------------
 
     def _turn(self) -> None:
+        if not self._learns:
+            self._follow_only()
+            return
         consumer = self._consumer
         ledger = self._ensure_ledger()
         if ledger is None:
@@ -342,10 +371,30 @@ class MixingRunner:
         if time.monotonic() - self._progress_at >= PROGRESS_INTERVAL_S:
             self._publish_progress()
 
+    def _follow_only(self) -> None:
+        """A replica's turn: follow the contributions, check the end of their log now and then."""
+        if self._ensure_ledger() is None:
+            self._follower.poll(timeout_ms=WAITING_POLL_MS)
+            return
+        self._follow(WAITING_POLL_MS)
+        now = time.monotonic()
+        if now - self._end_checked_at >= END_CHECK_INTERVAL_S:
+            self._end_checked_at = now
+            contributions = TopicPartition(
+                self._options.contributions_topic, CONTRIBUTIONS_PARTITION
+            )
+            # read_committed: the end is the last stable offset, every transaction below it ended.
+            end = self._follower.end_offsets([contributions])[contributions]
+            if self._follower.position(contributions) >= end:
+                self._caught_up_at = now
+        self._connected = True
+        self._reason = None
+
     def _ensure_ledger(self) -> MixLedger | None:
         if self._ledger is not None:
             return self._ledger
-        partitions = self._consumer.partitions_for_topic(self._settings.topic)
+        metadata = self._consumer if self._learns else self._follower
+        partitions = metadata.partitions_for_topic(self._settings.topic)
         if not partitions:
             self._reason = f"waiting for topic {self._settings.topic!r}"
             return None
@@ -377,13 +426,17 @@ class MixingRunner:
         """Read the contributions topic up to its end as of now (everything committed before)."""
         contributions = TopicPartition(self._options.contributions_topic, CONTRIBUTIONS_PARTITION)
         # The events consumer reads uncommitted: its end offset is the high watermark, which the
-        # read_committed follower passes once every transaction below it has ended.
-        target = self._consumer.end_offsets([contributions])[contributions]
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        # read_committed follower passes once every transaction below it has ended (a replica has
+        # only the follower: its end offset is the last stable offset).
+        started = time.monotonic()
+        ends = self._consumer if self._learns else self._follower
+        target = ends.end_offsets([contributions])[contributions]
+        deadline = started + CATCH_UP_TIMEOUT_S
         while self._follower.position(contributions) < target:
             if time.monotonic() > deadline or self._stop.is_set():
                 raise TimeoutError(f"contributions topic not read up to offset {target}")
             self._follow(WAITING_POLL_MS)
+        self._caught_up_at = started
 
     def _activate(self, p: int, ledger: MixLedger) -> None:
         producer = self._producers.get(p)

@@ -273,3 +273,62 @@ def test_on_separable_data_the_mistakes_stay_within_novikoff_and_stop(
     ] == [0] * QUIET_ROUNDS, by_round
     # Control: the shards did make mistakes at first (the check above can fail).
     assert by_round[1] > 0
+
+
+REPLICA_ROUNDS = 3
+
+
+def test_a_read_replica_follows_the_mixed_models(
+    kafka_bootstrap: str, topic_name: str, tmp_path: Path
+) -> None:
+    """A ``--role replica`` in mixing mode learns nothing and serves the learner's mixed model:
+    the same round, ``model_version``, ``last`` weights and distributed bound. Control: a replica
+    of another group serves no mixed round of this one (the comparison tells models apart)."""
+    stream = ConfiguredStream(dim=4, seed=37, noise=0.1)
+    kafka = load_settings(kafka={"bootstrap_servers": kafka_bootstrap}).kafka
+    dlq = f"{topic_name}.dlq"
+    ensure_topics(kafka, [topic_name], partitions=PARTITIONS)
+    ensure_topics(kafka, [dlq])
+    group = f"{topic_name}-mix"
+    env = mixing_env(ROUND_EVENTS, dlq)
+    replica_env = {**env, "NOVIKOFF_SERVICE__ROLE": "replica"}
+    (learner,) = instances(
+        tmp_path, 1, bootstrap=kafka_bootstrap, topic=topic_name, stream=stream, group=group,
+        env=env,
+    )  # fmt: skip
+    replica, stranger = (
+        FaultyService.in_workdir(
+            tmp_path,
+            name,
+            bootstrap=kafka_bootstrap,
+            topic=topic_name,
+            stream=stream,
+            group_id=group_id,
+            env=replica_env,
+        )
+        for name, group_id in (("replica", group), ("stranger", f"{group}-other"))
+    )
+    try:
+        learner.start()
+        replica.start()
+        stranger.start()
+        planned = planned_stream(stream, REPLICA_ROUNDS, ROUND_EVENTS, 2, seed=5)
+        publish(kafka_bootstrap, topic_name, planned)
+        wait_all_mixed([learner, replica], REPLICA_ROUNDS)
+        stats, copied = learner.stats(), replica.stats()
+        assert mixed_round(copied) == mixed_round(stats) == REPLICA_ROUNDS
+        assert copied["model_version"] == stats["model_version"] == REPLICA_ROUNDS
+        assert served_last(replica) == served_last(learner)
+        assert copied["mixing"]["bound"] == stats["mixing"]["bound"]
+        assert copied["mixing"]["mistakes"] == stats["mixing"]["mistakes"] > 0
+        assert {s["state"] for s in copied["mixing"]["shards"]} == {"owned elsewhere"}
+        assert replica.get("/readyz").status_code == 200
+        metrics = replica.get("/metrics").text
+        assert "novikoff_model_age_seconds " in metrics
+        assert f"novikoff_mixing_round {float(REPLICA_ROUNDS)}" in metrics
+        # Control: the other group's replica has no mixed round of this group.
+        assert mixed_round(stranger.stats()) == 0
+        assert served_last(stranger) != served_last(learner)
+    finally:
+        for service in (learner, replica, stranger):
+            service.stop()

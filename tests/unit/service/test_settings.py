@@ -232,9 +232,11 @@ def test_mixing_is_off_by_default_and_needs_fixed_shapes() -> None:
     for refused in (
         {"model": {"encoding": "vocabulary"}},
         {"model": {"variant": "multiclass"}},
-        {"service": {"role": "replica"}, "model": {"encoding": "hashing"}},
     ):
         with pytest.raises(SettingsError, match="mixing"):
             load_settings(mixing={"round_events": 100}, **refused)
         # Control: the same settings without mixing load.
         assert not load_settings(**refused).mixing.enabled
+    # A read replica follows the mixed models (tests/integration/test_mixing.py).
+    replica = {"service": {"role": "replica"}, "model": {"encoding": "hashing"}}
+    assert load_settings(mixing={"round_events": 100}, **replica).mixing.enabled
