@@ -5,10 +5,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support import broker
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+HYPOTHESIS_PROFILE = "novikoff"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hypothesis without its per-example deadline: tests never assert speed (benchmarks under
+    bench/ measure it), and a first example that compiles or loads a numba kernel on a loaded
+    machine would otherwise fail a correct property."""
+    settings.register_profile(HYPOTHESIS_PROFILE, deadline=None)
+    settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 @pytest.fixture(scope="session")
