@@ -102,20 +102,21 @@ def sparse_row(
     being the first n entries (the learner's buffers when the encoder writes into them).
 
     ``complete``: the row holds every column 0 .. n-1 (a vocabulary event listing the whole
-    vocabulary), so it runs as a dense row: the same results, vectorised.
+    vocabulary), so it runs as a dense row: the same results, vectorised. Strictly increasing
+    columns from 0 whose last is n - 1 are exactly 0 .. n-1.
     """
     encoder: Any = learner.encoder
     single = single_event(learner)
     if single.columns.shape[0] > 0:
         previous = single.key
         single.key = None  # the buffers are being written: nothing to reuse if that fails
+        columns = single.columns
         n, single.key = encoder.encode_sparse_into(
-            x, single.columns, single.values, grow=grow, previous=previous
+            x, columns, single.values, grow=grow, previous=previous
         )
-        return single.columns, single.values, n, False
+        return columns, single.values, n, n > 0 and int(columns[n - 1]) == n - 1
     indices, values = encoder.encode_sparse(x, grow=grow)
     n = int(values.shape[0])
-    # Strictly increasing columns from 0 whose last is n - 1 are exactly 0 .. n-1.
     return indices, values, n, n > 0 and int(indices[n - 1]) == n - 1
 
 
@@ -128,14 +129,21 @@ def learn_binary_row(
     dense: bool,
     target: float,
 ) -> bool:
-    """One encoded row of a binary learner through :func:`learning._single.learn_binary_one`.
+    """One encoded row of a binary learner through :func:`learning._single.learn_binary_one`
+    (its compiled entry when the row is in the learner's buffers and the state's arrays regular).
 
     The encoder vouches for the values; the state is already wide enough for the row.
     """
     state = learner._state
     max_entries = learner._max_entries
+    buffered = values is single_event(learner).values
     for _ in range(2):
-        result = _single.learn_binary_one(
+        kernel = (
+            _single.learn_one_entry()
+            if buffered and not state.irregular
+            else _single.learn_binary_one
+        )
+        result = kernel(
             columns, values, n, dense, target, state.weights, state.weight_sums, state.row_sq,
             state.log_counts, state.log_rows, state.log_start, state.log_len, state.log_cols,
             state.log_old, state.counters, learner._voter_columns(), learner.max_voters,
@@ -221,7 +229,9 @@ def predict_one(learner: LinearLearner, x: Any) -> Hashable:
     if getattr(encoder, "sparse", False):
         columns, values, n, complete = sparse_row(learner, x, grow=False)
         if lean and encoder.dimension <= dimension:
-            code = _single.predict_binary_one(
+            buffered = values is single_event(learner).values and not state.irregular
+            kernel = _single.predict_one_entry() if buffered else _single.predict_binary_one
+            code = kernel(
                 columns, values, n, complete, state.weights, state.weight_sums, state.counters,
                 which,
             )  # fmt: skip

@@ -339,6 +339,15 @@ class ObjectEncoder(EncoderBase):
         columns, values = self._entries(self._mapping(features), grow)
         return self._sparse_row(columns, values)
 
+    @staticmethod
+    def _into(row: SparseRow, columns: NDArray[np.int64], values: NDArray[np.float64]) -> int:
+        """Copy a sparse row to the start of ``columns`` / ``values``; returns its length."""
+        indices, data = row
+        n = int(indices.shape[0])
+        columns[:n] = indices
+        values[:n] = data
+        return n
+
     def _sparse_row(self, columns: list[int], values: list[float]) -> SparseRow:
         """Validated entries (distinct columns, bias left out) as a sorted sparse row."""
         if self.bias:

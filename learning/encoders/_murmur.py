@@ -18,10 +18,14 @@ caller takes the precise path, which names the error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+
 import numpy as np
+from numba import types
 from numpy.typing import NDArray
 
-from learning._kernels import _jit
+from learning._kernels import BYTES, FLOATS, INTS, _jit, compiled_entry
 
 MURMUR_C1 = 0xCC9E2D51
 MURMUR_C2 = 0x1B873593
@@ -179,3 +183,14 @@ def hashed_row(  # noqa: PLR0917 - numba kernels take positional arrays
                 return -1
             signed[n - 1] = total
     return n
+
+
+HASHED_ROW_TYPES = (
+    BYTES, BYTES, types.int64, types.int64, types.int64, types.float64, INTS, FLOATS,
+)  # fmt: skip
+
+
+@cache
+def hashed_row_entry() -> Callable[..., int]:
+    """:func:`hashed_row` compiled for HASHED_ROW_TYPES (see learning._kernels.compiled_entry)."""
+    return compiled_entry(hashed_row, HASHED_ROW_TYPES)
