@@ -61,6 +61,9 @@ class SingleEvent:
     """0 .. n-1: the columns of a dense row of n values (grown on demand)."""
     key: RowKey | None = None
     """The encoder's key of the row in ``columns`` / ``values`` (None: no reuse)."""
+    binary_buffered: bool = False
+    """A binary learner whose encoder vouches for its rows and writes them into the buffers:
+    its events take :func:`learn_binary_buffered` and :func:`predict_binary_buffered`."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -83,6 +86,9 @@ def single_event(learner: LinearLearner) -> SingleEvent:
             columns=np.empty(capacity, dtype=np.int64),
             values=np.empty(capacity),
             dense_columns=np.arange(0, dtype=np.int64),
+            binary_buffered=capacity > 0
+            and not learner.multiclass
+            and getattr(learner.encoder, "validated_output", False),
         )
         learner.__dict__["_single_event"] = single
     return single
@@ -155,6 +161,48 @@ def learn_binary_row(
     raise AssertionError("the voters' log was grown to the room one update needs")
 
 
+def learn_binary_buffered(
+    learner: LinearLearner, single: SingleEvent, x: Any, target: float
+) -> bool:
+    """``learn_one`` of a ``binary_buffered`` learner: :func:`sparse_row` then
+    :func:`learn_sparse`, with nothing they check that cannot change from one event to the
+    next (the learner's kind, its encoder's guarantees) asked again."""
+    columns = single.columns
+    encoder: Any = learner.encoder
+    previous = single.key
+    single.key = None  # the buffers are being written: nothing to reuse if that fails
+    n, single.key = encoder.encode_sparse_into(
+        x, columns, single.values, grow=True, previous=previous
+    )
+    state = learner._state
+    dimension = encoder.dimension
+    if dimension > state.weights.shape[1]:
+        state.ensure_shape(state.rows, dimension)
+    complete = n > 0 and int(columns[n - 1]) == n - 1
+    return learn_binary_row(learner, columns, single.values, n, dense=complete, target=target)
+
+
+def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any) -> Hashable:
+    """``predict_one`` of a ``binary_buffered`` learner (see :func:`learn_binary_buffered`)."""
+    which = PREDICTOR_CODES[learner.predictor]
+    state = learner._state
+    if which == k.VOTED or state.irregular:
+        return predict_one_general(learner, x)
+    columns = single.columns
+    values = single.values
+    encoder: Any = learner.encoder
+    previous = single.key
+    single.key = None
+    n, single.key = encoder.encode_sparse_into(x, columns, values, previous=previous)
+    if encoder.dimension > state.weights.shape[1]:
+        return predict_one_general(learner, x)
+    code = _single.predict_one_entry()(
+        columns, values, n, n > 0 and int(columns[n - 1]) == n - 1, state.weights,
+        state.weight_sums, state.counters, which,
+    )  # fmt: skip
+    return learner._decode(code)
+
+
 def learn_sparse(
     learner: LinearLearner,
     row: tuple[NDArray[np.int64], NDArray[np.float64], int, bool],
@@ -220,6 +268,14 @@ def predict_one(learner: LinearLearner, x: Any) -> Hashable:
     A binary learner's ``last`` and ``averaged`` predictions of a checked row of the model's
     width take :func:`learning._single.predict_binary_one`; everything else the batch scoring.
     """
+    single = single_event(learner)
+    if single.binary_buffered:
+        return predict_binary_buffered(learner, single, x)
+    return predict_one_general(learner, x)
+
+
+def predict_one_general(learner: LinearLearner, x: Any) -> Hashable:
+    """:func:`predict_one` of any learner."""
     encoder: Any = learner.encoder
     validated = getattr(encoder, "validated_output", False)
     state = learner._state
