@@ -10,10 +10,14 @@ encoding the event, then one kernel. Both are kept lean:
   ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers is
   reused instead of hashed again (the key compares the content, not the dict's identity, so a
   dict changed in between is encoded afresh);
+* a vocabulary event listing the whole vocabulary in order is keyed the same way (its values
+  packed as float64), so that reuse holds for dense dicts too;
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels and run the same per-event code, so the results are
-  bit-identical to ``learn_batch`` on the same rows. Multiclass learners and the voted
-  predictor take the batch kernels with a batch of one.
+  bit-identical to ``learn_batch`` on the same rows; with a buffered encoder
+  (``SingleEvent.binary_buffered``) through one flat path per call and the kernels' compiled
+  entries. Multiclass learners and the voted predictor take the batch kernels with a batch of
+  one.
 
 Encoders that do not vouch for their output (``validated_output`` false) go through
 ``learn_batch``'s checks, so a bad value is refused with nothing changed.
