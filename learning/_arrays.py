@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +45,7 @@ VOTER_COLUMNS_BYTES = 2**20
 they take at most this much: dimension x max_voters x 8 bytes. They make the vote one vectorised
 pass over x (see learning._voters.vote_binary_columns); larger models vote from the log alone."""
 NO_COLUMNS = np.zeros((0, 0))
+KERNEL_ARRAYS = frozenset({*ARRAY_DTYPES, "voter_columns"})
 
 
 def entry_bytes(touched_rows: int) -> int:
@@ -92,6 +94,19 @@ class LinearState:
     voter_columns: NDArray[np.float64]
     counters: NDArray[np.int64]
     rng: NDArray[np.uint64]
+    irregular: set[str]
+    """Arrays that are not writable and C-contiguous (a read-only copy's): empty for every state
+    this module builds, and the single-event kernels' compiled entries take the arrays as such
+    (see learning._single), so they are used only while it is empty."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in KERNEL_ARRAYS:
+            irregular = self.__dict__.setdefault("irregular", set())
+            if value.flags.c_contiguous and value.flags.writeable:
+                irregular.discard(name)
+            else:
+                irregular.add(name)
 
     def __init__(
         self,
@@ -277,8 +292,9 @@ class LinearState:
         copy.counters[k.LOG_HEAD] = 0
         copy.counters[k.POOL_TAIL] = 0
         copy.voter_columns = NO_COLUMNS
-        for array in copy.arrays().values():
+        for name, array in copy.arrays().items():
             array.flags.writeable = False
+            copy.irregular.add(name)
         return copy
 
     def arrays(self) -> dict[str, NDArray[np.generic]]:

@@ -213,7 +213,8 @@ class LinearLearner(_ClassifierBase):
         date (that would cost O(d) per update) and are dropped: predictions rebuild them.
         """
         if self.multiclass or not self.prequential_voted:
-            self._state.voter_columns = NO_COLUMNS
+            if self._state.voter_columns is not NO_COLUMNS:
+                self._state.voter_columns = NO_COLUMNS
             return NO_COLUMNS
         return self._state.voter_columns_for(self.max_voters)
 

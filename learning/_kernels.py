@@ -70,6 +70,7 @@ from typing import Any, TypeVar, cast
 
 import numba
 import numpy as np
+from numba import types
 from numpy.typing import NDArray
 
 from learning import _rng
@@ -125,6 +126,26 @@ Ints = NDArray[np.int64]
 def _jit(func: F) -> F:
     """numba.njit with on-disk caching, typed for mypy (numba itself is untyped)."""
     return cast(F, numba.njit(cache=True, nogil=True)(func))
+
+
+FLOATS = types.Array(types.float64, 1, "C")
+FLOAT_MATRIX = types.Array(types.float64, 2, "C")
+INTS = types.Array(types.int64, 1, "C")
+INT_MATRIX = types.Array(types.int64, 2, "C")
+BYTES = types.Bytes(types.uint8, 1, "C", readonly=True)
+"""numba's types of the arguments the single-event entries take (see compiled_entry)."""
+
+
+def compiled_entry(kernel: Callable[..., Any], signature: tuple[Any, ...]) -> Callable[..., Any]:
+    """The machine code of ``kernel`` for the argument types ``signature``, compiled or loaded
+    from the disk cache (``Dispatcher.compile`` returns it).
+
+    Calling it skips the dispatcher's resolution of each argument's type (about half a call's
+    cost for many arguments, measured), so a caller must pass exactly those types: writable,
+    C-contiguous arrays of the declared dtype and dimensions; plain ints, floats and bools.
+    """
+    dispatcher: Any = kernel
+    return cast(Callable[..., Any], dispatcher.compile(signature))
 
 
 def _inline(func: F) -> F:

@@ -41,6 +41,7 @@ from learning._voters import (
     NO_ROW,
     newest_slot,
     open_entry,
+    position_map,
     vote_binary,
     vote_binary_columns,
     vote_multiclass,
@@ -276,6 +277,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     a = weight_sums[0]
     view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
     by_columns = voter_columns.shape[0] > 0
+    positions = position_map(n, dense, w.shape[0], prequential_voted and not by_columns)
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
     partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
@@ -301,7 +303,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             else:
                 acc = vote_binary(
                     w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
-                    log_old, counters, view, True,
+                    log_old, counters, view, True, positions,
                 )  # fmt: skip
             counters[PQ_VOTED_SEEN] += 1
             if (1.0 if acc >= 0 else -1.0) != target:

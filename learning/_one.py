@@ -10,10 +10,14 @@ encoding the event, then one kernel. Both are kept lean:
   ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers is
   reused instead of hashed again (the key compares the content, not the dict's identity, so a
   dict changed in between is encoded afresh);
+* a vocabulary event listing the whole vocabulary in order is keyed the same way (its values
+  packed as float64), so that reuse holds for dense dicts too;
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels and run the same per-event code, so the results are
-  bit-identical to ``learn_batch`` on the same rows. Multiclass learners and the voted
-  predictor take the batch kernels with a batch of one.
+  bit-identical to ``learn_batch`` on the same rows; with a buffered encoder
+  (``SingleEvent.binary_buffered``) through one flat path per call and the kernels' compiled
+  entries. Multiclass learners and the voted predictor take the batch kernels with a batch of
+  one.
 
 Encoders that do not vouch for their output (``validated_output`` false) go through
 ``learn_batch``'s checks, so a bad value is refused with nothing changed.
@@ -61,6 +65,9 @@ class SingleEvent:
     """0 .. n-1: the columns of a dense row of n values (grown on demand)."""
     key: RowKey | None = None
     """The encoder's key of the row in ``columns`` / ``values`` (None: no reuse)."""
+    binary_buffered: bool = False
+    """A binary learner whose encoder vouches for its rows and writes them into the buffers:
+    its events take :func:`learn_binary_buffered` and :func:`predict_binary_buffered`."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -83,6 +90,9 @@ def single_event(learner: LinearLearner) -> SingleEvent:
             columns=np.empty(capacity, dtype=np.int64),
             values=np.empty(capacity),
             dense_columns=np.arange(0, dtype=np.int64),
+            binary_buffered=capacity > 0
+            and not learner.multiclass
+            and getattr(learner.encoder, "validated_output", False),
         )
         learner.__dict__["_single_event"] = single
     return single
@@ -102,20 +112,21 @@ def sparse_row(
     being the first n entries (the learner's buffers when the encoder writes into them).
 
     ``complete``: the row holds every column 0 .. n-1 (a vocabulary event listing the whole
-    vocabulary), so it runs as a dense row: the same results, vectorised.
+    vocabulary), so it runs as a dense row: the same results, vectorised. Strictly increasing
+    columns from 0 whose last is n - 1 are exactly 0 .. n-1.
     """
     encoder: Any = learner.encoder
     single = single_event(learner)
     if single.columns.shape[0] > 0:
         previous = single.key
         single.key = None  # the buffers are being written: nothing to reuse if that fails
+        columns = single.columns
         n, single.key = encoder.encode_sparse_into(
-            x, single.columns, single.values, grow=grow, previous=previous
+            x, columns, single.values, grow=grow, previous=previous
         )
-        return single.columns, single.values, n, False
+        return columns, single.values, n, n > 0 and int(columns[n - 1]) == n - 1
     indices, values = encoder.encode_sparse(x, grow=grow)
     n = int(values.shape[0])
-    # Strictly increasing columns from 0 whose last is n - 1 are exactly 0 .. n-1.
     return indices, values, n, n > 0 and int(indices[n - 1]) == n - 1
 
 
@@ -128,14 +139,21 @@ def learn_binary_row(
     dense: bool,
     target: float,
 ) -> bool:
-    """One encoded row of a binary learner through :func:`learning._single.learn_binary_one`.
+    """One encoded row of a binary learner through :func:`learning._single.learn_binary_one`
+    (its compiled entry when the row is in the learner's buffers and the state's arrays regular).
 
     The encoder vouches for the values; the state is already wide enough for the row.
     """
     state = learner._state
     max_entries = learner._max_entries
+    buffered = values is single_event(learner).values
     for _ in range(2):
-        result = _single.learn_binary_one(
+        kernel = (
+            _single.learn_one_entry()
+            if buffered and not state.irregular
+            else _single.learn_binary_one
+        )
+        result = kernel(
             columns, values, n, dense, target, state.weights, state.weight_sums, state.row_sq,
             state.log_counts, state.log_rows, state.log_start, state.log_len, state.log_cols,
             state.log_old, state.counters, learner._voter_columns(), learner.max_voters,
@@ -145,6 +163,48 @@ def learn_binary_row(
             return bool(result == _single.UPDATED)
         state.ensure_log_capacity(1, n, learner.max_voters, max_entries)
     raise AssertionError("the voters' log was grown to the room one update needs")
+
+
+def learn_binary_buffered(
+    learner: LinearLearner, single: SingleEvent, x: Any, target: float
+) -> bool:
+    """``learn_one`` of a ``binary_buffered`` learner: :func:`sparse_row` then
+    :func:`learn_sparse`, with nothing they check that cannot change from one event to the
+    next (the learner's kind, its encoder's guarantees) asked again."""
+    columns = single.columns
+    encoder: Any = learner.encoder
+    previous = single.key
+    single.key = None  # the buffers are being written: nothing to reuse if that fails
+    n, single.key = encoder.encode_sparse_into(
+        x, columns, single.values, grow=True, previous=previous
+    )
+    state = learner._state
+    dimension = encoder.dimension
+    if dimension > state.weights.shape[1]:
+        state.ensure_shape(state.rows, dimension)
+    complete = n > 0 and int(columns[n - 1]) == n - 1
+    return learn_binary_row(learner, columns, single.values, n, dense=complete, target=target)
+
+
+def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any) -> Hashable:
+    """``predict_one`` of a ``binary_buffered`` learner (see :func:`learn_binary_buffered`)."""
+    which = PREDICTOR_CODES[learner.predictor]
+    state = learner._state
+    if which == k.VOTED or state.irregular:
+        return predict_one_general(learner, x)
+    columns = single.columns
+    values = single.values
+    encoder: Any = learner.encoder
+    previous = single.key
+    single.key = None
+    n, single.key = encoder.encode_sparse_into(x, columns, values, previous=previous)
+    if encoder.dimension > state.weights.shape[1]:
+        return predict_one_general(learner, x)
+    code = _single.predict_one_entry()(
+        columns, values, n, n > 0 and int(columns[n - 1]) == n - 1, state.weights,
+        state.weight_sums, state.counters, which,
+    )  # fmt: skip
+    return learner._decode(code)
 
 
 def learn_sparse(
@@ -212,6 +272,14 @@ def predict_one(learner: LinearLearner, x: Any) -> Hashable:
     A binary learner's ``last`` and ``averaged`` predictions of a checked row of the model's
     width take :func:`learning._single.predict_binary_one`; everything else the batch scoring.
     """
+    single = single_event(learner)
+    if single.binary_buffered:
+        return predict_binary_buffered(learner, single, x)
+    return predict_one_general(learner, x)
+
+
+def predict_one_general(learner: LinearLearner, x: Any) -> Hashable:
+    """:func:`predict_one` of any learner."""
     encoder: Any = learner.encoder
     validated = getattr(encoder, "validated_output", False)
     state = learner._state
@@ -221,7 +289,9 @@ def predict_one(learner: LinearLearner, x: Any) -> Hashable:
     if getattr(encoder, "sparse", False):
         columns, values, n, complete = sparse_row(learner, x, grow=False)
         if lean and encoder.dimension <= dimension:
-            code = _single.predict_binary_one(
+            buffered = values is single_event(learner).values and not state.irregular
+            kernel = _single.predict_one_entry() if buffered else _single.predict_binary_one
+            code = kernel(
                 columns, values, n, complete, state.weights, state.weight_sums, state.counters,
                 which,
             )  # fmt: skip

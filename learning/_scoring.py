@@ -36,7 +36,7 @@ from learning._kernels import (
     sign,
 )
 from learning._learn import class_scores, longest_row
-from learning._voters import vote_binary, vote_binary_columns, vote_multiclass
+from learning._voters import position_map, vote_binary, vote_binary_columns, vote_multiclass
 
 
 @_jit
@@ -86,6 +86,7 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     by_columns = voter_columns.shape[0] > 0
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
     partial = np.empty(PARTIAL_SUMS)
+    positions = position_map(n, dense, w.shape[0], which == VOTED and not by_columns)
     for i in range(n):
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
@@ -101,7 +102,7 @@ def predict_binary(  # noqa: PLR0917 - numba kernels take positional arrays
             else:
                 acc = vote_binary(
                     w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
-                    log_old, counters, view, False,
+                    log_old, counters, view, False, positions,
                 )  # fmt: skip
             out_codes[i] = 1.0 if acc >= 0 else -1.0
             out_scores[i] = acc / mass if mass > 0 else 0.0

@@ -6,13 +6,35 @@ the learner's reusable buffers, and run the batch kernels' code (``learn_binary`
 one, ``point_prediction``), so the results are bit-identical. They size nothing: when the
 voters' log needs room, :func:`learn_binary_one` returns ``NEEDS_ROOM`` before changing anything
 and the caller grows it.
+
+Their callers skip numba's dispatcher: :func:`learn_one_entry` and :func:`predict_one_entry` are
+the machine code compiled for one signature (:func:`learning._kernels.compiled_entry`), called
+with arguments of exactly those types: the learner's row buffers and a state whose arrays are all
+writable and C-contiguous (``LinearState.irregular`` empty). For 19 arguments that is 1.3 µs a
+call instead of 2.2 µs through the dispatcher (measured).
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable
+from functools import cache
 
-from learning._kernels import PARTIAL_SUMS, SEEN, Floats, Ints, _jit, row_scores
+import numpy as np
+from numba import types
+
+from learning._kernels import (
+    FLOAT_MATRIX,
+    FLOATS,
+    INT_MATRIX,
+    INTS,
+    PARTIAL_SUMS,
+    SEEN,
+    Floats,
+    Ints,
+    _jit,
+    compiled_entry,
+    row_scores,
+)
 from learning._learn import learn_binary
 from learning._scoring import point_prediction
 from learning._voters import log_needs_room
@@ -86,3 +108,27 @@ def predict_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     )
     code, _ = point_prediction(which, score, total, seen)
     return code
+
+
+LEARN_ONE_TYPES = (
+    INTS, FLOATS, types.int64, types.boolean, types.float64, FLOAT_MATRIX, FLOAT_MATRIX, FLOATS,
+    INTS, INT_MATRIX, INTS, INTS, INTS, FLOAT_MATRIX, INTS, FLOAT_MATRIX, types.int64,
+    types.int64, types.boolean,
+)  # fmt: skip
+"""The argument types of :func:`learn_binary_one` as learn_one passes them."""
+PREDICT_ONE_TYPES = (
+    INTS, FLOATS, types.int64, types.boolean, FLOAT_MATRIX, FLOAT_MATRIX, INTS, types.int64,
+)  # fmt: skip
+"""The argument types of :func:`predict_binary_one` as predict_one passes them."""
+
+
+@cache
+def learn_one_entry() -> Callable[..., int]:
+    """The compiled :func:`learn_binary_one` for LEARN_ONE_TYPES (compiled or loaded once)."""
+    return compiled_entry(learn_binary_one, LEARN_ONE_TYPES)
+
+
+@cache
+def predict_one_entry() -> Callable[..., float]:
+    """The compiled :func:`predict_binary_one` for PREDICT_ONE_TYPES (compiled or loaded once)."""
+    return compiled_entry(predict_binary_one, PREDICT_ONE_TYPES)

@@ -58,6 +58,8 @@ from learning._kernels import (
 )
 
 NO_ROW = -1
+ALL_LANES = (1 << UNROLL) - 1
+"""A lane mask (see :func:`restore`) naming all four lanes."""
 DENSE_RUN = -1
 """``log_cols`` at an entry's start when its columns are 0 .. len-1 (a dense row's update with no
 zero, logged without wrapping): the entry's other ``log_cols`` are then not written."""
@@ -76,6 +78,21 @@ def column_filter(cols: Ints) -> NDArray[np.uint64]:
         b = cols[k] & FILTER_MASK
         bits[b >> WORD_SHIFT] |= np.uint64(1) << np.uint64(b & BIT_MASK)
     return bits
+
+
+MAP_COLUMNS_PER_ROW = 1024
+"""A batch of sparse rows builds the map when it has a row per this many columns of the
+weights: filling it (4 bytes a column) then costs a row far less than the binary searches it
+saves (a few per voter)."""
+
+
+@_jit
+def position_map(rows: int, dense: bool, width: int, voting: bool) -> NDArray[np.int32]:
+    """The ``positions`` scratch of :func:`vote_binary` for a batch of ``rows`` rows: -1 for each
+    of ``width`` columns, or empty when the batch is dense, short or does not vote."""
+    if dense or not voting or rows * MAP_COLUMNS_PER_ROW < width:
+        return np.zeros(0, dtype=np.int32)
+    return np.full(width, -1, dtype=np.int32)
 
 
 @_jit
@@ -185,19 +202,22 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
     which: int,
     start: int,
     length: int,
-) -> bool:
+    positions: NDArray[np.int32],
+) -> int:
     """Write one logged update's old values (row ``which`` of ``log_old``) into ``view``.
 
     ``view`` holds one value per stored column of the row (dense rows: per coordinate, narrower
     than the weights when the vocabulary grew since; the rest is zero in x and skipped). Returns
-    whether any of the row's columns was written: if not, the voter scores x as the next one.
+    the lanes (bit j: columns ≡ j mod 4) of the row's columns that were written: 0 when none
+    was, and the voter then scores x as the next one. ``positions``: empty, or the position of
+    each of a sparse row's columns in it (-1 for the others; see :func:`vote_binary`).
     """
     if length > 0 and log_cols[start] == DENSE_RUN:
         return restore_run(view, cols, dense, log_old, which, start, length)
     capacity = log_cols.shape[0]
     n = cols.shape[0]
     position = start
-    changed = False
+    changed = 0
     for _ in range(length):
         if position >= capacity:
             position -= capacity
@@ -205,14 +225,14 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
         if dense:
             if c < n:
                 view[c] = log_old[which, position]
-                changed = True
+                changed |= 1 << (c & LANE_MASK)
         else:
             b = c & FILTER_MASK
             if (bits[b >> WORD_SHIFT] >> np.uint64(b & BIT_MASK)) & np.uint64(1):
-                k = find_column(cols, c)
+                k = positions[c] if positions.shape[0] > 0 else find_column(cols, c)
                 if k >= 0:
                     view[k] = log_old[which, position]
-                    changed = True
+                    changed |= 1 << (c & LANE_MASK)
         position += 1
     return changed
 
@@ -220,21 +240,62 @@ def restore(  # noqa: PLR0917 - numba kernels take positional arrays
 @_jit
 def restore_run(  # noqa: PLR0917 - numba kernels take positional arrays
     view: Floats, cols: Ints, dense: bool, log_old: Floats, which: int, start: int, length: int
-) -> bool:
+) -> int:
     """:func:`restore` for a dense run (columns 0 .. length-1 from ``start``): O(nnz(x))."""
     if dense:
         m = min(cols.shape[0], length)
         for c in range(m):
             view[c] = log_old[which, start + c]
-        return bool(m > 0)
-    changed = False
+        return ALL_LANES if m >= UNROLL else (1 << m) - 1
+    changed = 0
     for k in range(cols.shape[0]):
         c = cols[k]
         if c >= length:
             break
         view[k] = log_old[which, start + c]
-        changed = True
+        changed |= 1 << (c & LANE_MASK)
     return changed
+
+
+@_jit
+def lane_members(cols: Ints, dense: bool) -> tuple[Ints, Ints]:
+    """(members, starts): the positions k of the row's entries grouped by lane (column mod 4;
+    a dense row's coordinate mod 4), increasing within a lane; lane j's are
+    ``members[starts[j]:starts[j + 1]]``."""
+    n = cols.shape[0]
+    starts = np.zeros(UNROLL + 1, dtype=np.int64)
+    for k in range(n):
+        starts[((k if dense else cols[k]) & LANE_MASK) + 1] += 1
+    for lane in range(UNROLL):
+        starts[lane + 1] += starts[lane]
+    fill = starts[:UNROLL].copy()
+    members = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        lane = (k if dense else cols[k]) & LANE_MASK
+        members[fill[lane]] = k
+        fill[lane] += 1
+    return members, starts
+
+
+@_inline
+def rescore_lanes(  # noqa: PLR0917 - numba kernels take positional arrays
+    view: Floats, vals: Floats, members: Ints, starts: Ints, lanes: Floats, changed: int
+) -> float:
+    """view·x after the lanes in ``changed`` were written, each such lane summed again.
+
+    :func:`learning._kernels.compact_dot` sums lane j (the columns ≡ j mod 4; a dense row's
+    coordinates ≡ j mod 4) on its own, in column order from +0.0, and combines the four lanes
+    in a fixed order; a lane none of whose values changed keeps its sum, so re-summing only the
+    changed lanes (``lanes`` holds each lane's sum) gives compact_dot's result bit for bit.
+    """
+    for lane in range(UNROLL):
+        if changed & (1 << lane):
+            total = 0.0
+            for p in range(starts[lane], starts[lane + 1]):
+                k = members[p]
+                total += view[k] * vals[k]
+            lanes[lane] = total
+    return float((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
 
 
 @_jit
@@ -259,10 +320,14 @@ def vote_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     counters: Ints,
     view: Floats,
     stop_early: bool,
+    positions: NDArray[np.int32],
 ) -> int:
     """Σ cₙ·sign(wₙ·x̃) over the live weights and the kept voters (its sign with ``stop_early``).
 
     With ``stop_early`` the walk stops as soon as the votes left cannot change the sign.
+    ``positions``: empty, or -1 for each column of the weights (see :func:`position_map`): a
+    sparse row's log entries then find their place in x by one look-up instead of a binary
+    search; it is left all -1 again.
     """
     acc = vote_sign(live_score, live_count)
     remaining = counters[VOTE_TOTAL]
@@ -275,15 +340,29 @@ def vote_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     capacity = log_counts.shape[0]
     score = live_score
     bits = column_filter(cols) if not dense else np.zeros(0, dtype=np.uint64)
+    members, starts = lane_members(cols, dense)
+    lanes = np.empty(UNROLL)
+    rescore_lanes(view, vals, members, starts, lanes, ALL_LANES)
+    mapped = positions.shape[0] > 0 and not dense
+    if mapped:
+        for k in range(n):
+            positions[cols[k]] = k
     for age in range(n_voters):
         slot = newest_slot(counters, capacity, age)
-        if restore(view, cols, dense, bits, log_cols, log_old, 0, log_start[slot], log_len[slot]):
-            score = compact_dot(view, cols, vals, dense)
+        changed = restore(
+            view, cols, dense, bits, log_cols, log_old, 0, log_start[slot], log_len[slot],
+            positions,
+        )  # fmt: skip
+        if changed:
+            score = rescore_lanes(view, vals, members, starts, lanes, changed)
         count = log_counts[slot]
         acc += vote_sign(score, count)
         remaining -= count
         if stop_early and (acc >= remaining or acc < -remaining):
             break
+    if mapped:
+        for k in range(n):
+            positions[cols[k]] = -1
     return acc
 
 
@@ -369,6 +448,7 @@ def vote_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                 view[c, k] = weights[c, cols[k]]
         capacity = log_counts.shape[0]
         bits = column_filter(cols) if not dense else np.zeros(0, dtype=np.uint64)
+        no_positions = np.zeros(0, dtype=np.int32)
         for age in range(n_voters):
             slot = newest_slot(counters, capacity, age)
             for which in range(2):
@@ -377,8 +457,8 @@ def vote_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
                     continue
                 if restore(
                     view[row], cols, dense, bits, log_cols, log_old, which, log_start[slot],
-                    log_len[slot],
-                ):  # fmt: skip
+                    log_len[slot], no_positions,
+                ) != 0:  # fmt: skip
                     voter_scores[row] = compact_dot(view[row], cols, vals, dense)
             choice, _ = argmax_tie(voter_scores, n_classes, state)
             votes[choice] += log_counts[slot]

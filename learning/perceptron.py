@@ -89,7 +89,10 @@ class Perceptron(LinearLearner):
 
         Nothing changes when the label or the features are invalid.
         """
-        code = _one.single_event(self).target
+        single = _one.single_event(self)
+        if single.binary_buffered:
+            return _one.learn_binary_buffered(self, single, x, self.label_map.encode(y))
+        code = single.target
         code[0] = self.label_map.encode(y)
         if getattr(self.encoder, "sparse", False):
             return _one.learn_sparse(self, _one.sparse_row(self, x, grow=True), code)

@@ -333,11 +333,27 @@ class ObjectEncoder(EncoderBase):
         """Columns of ``names`` (and which take a minus sign), or ``None``: use the row path."""
         raise NotImplementedError
 
+    def _compiled_batch(
+        self, names: list[Any], values: NDArray[np.float64], lengths: list[int]
+    ) -> CSRBatch | None:
+        """The batch built by one compiled call (checked values, ``lengths`` names per event),
+        or ``None``: the bulk path's columns then. None here; hashing builds its rows."""
+        return None
+
     def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
         """(columns, values) of x̃ for one event: columns strictly increasing, bias (column 0)
         first when the encoder has one. The same validation and codes as :meth:`encode`."""
         columns, values = self._entries(self._mapping(features), grow)
         return self._sparse_row(columns, values)
+
+    @staticmethod
+    def _into(row: SparseRow, columns: NDArray[np.int64], values: NDArray[np.float64]) -> int:
+        """Copy a sparse row to the start of ``columns`` / ``values``; returns its length."""
+        indices, data = row
+        n = int(indices.shape[0])
+        columns[:n] = indices
+        values[:n] = data
+        return n
 
     def _sparse_row(self, columns: list[int], values: list[float]) -> SparseRow:
         """Validated entries (distinct columns, bias left out) as a sorted sparse row."""
@@ -383,7 +399,11 @@ class ObjectEncoder(EncoderBase):
             return None
         if not (np.abs(values) <= MAX_ABS_FEATURE).all():
             return None
-        found = self._batch_columns(list(chain.from_iterable(rows)), grow)
+        names = list(chain.from_iterable(rows))
+        compiled = self._compiled_batch(names, values, lengths)
+        if compiled is not None:
+            return compiled
+        found = self._batch_columns(names, grow)
         if found is None:
             return None
         columns, negative = found

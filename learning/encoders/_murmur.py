@@ -18,10 +18,14 @@ caller takes the precise path, which names the error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+
 import numpy as np
+from numba import types
 from numpy.typing import NDArray
 
-from learning._kernels import _jit
+from learning._kernels import BYTES, FLOATS, INTS, _inline, _jit, compiled_entry
 
 MURMUR_C1 = 0xCC9E2D51
 MURMUR_C2 = 0x1B873593
@@ -142,19 +146,80 @@ def hashed_row(  # noqa: PLR0917 - numba kernels take positional arrays
     least ``count + offset`` entries.
     """
     values = np.frombuffer(packed, dtype=np.float64)
-    size = len(names)
+    n, position = write_row(
+        names, 0, values, 0, count, True, n_buckets, offset, limit, out_columns, out_values
+    )
+    return n if position >= 0 else -1
+
+
+@_jit
+def hashed_batch(  # noqa: PLR0917 - numba kernels take positional arrays
+    names: bytes,
+    values: NDArray[np.float64],
+    lengths: NDArray[np.int64],
+    n_buckets: int,
+    offset: int,
+    limit: float,
+    out_indptr: NDArray[np.int64],
+    out_columns: NDArray[np.int64],
+    out_values: NDArray[np.float64],
+) -> int:
+    """The rows of a batch as CSR, each exactly :func:`hashed_row`'s: ``out_indptr`` (one entry
+    more than rows) and the first returned-count entries of ``out_columns`` / ``out_values``;
+    -1 when the compiled path cannot vouch for some row (the caller then takes another path).
+
+    ``names``: every event's names in order, joined by NUL bytes; ``values`` theirs;
+    ``lengths``: names per event. The outputs hold at least len(values) + rows x ``offset``.
+    """
+    rows = lengths.shape[0]
     position = 0
+    first = 0
+    entry = 0
+    out_indptr[0] = 0
+    for r in range(rows):
+        count = lengths[r]
+        last = r == rows - 1
+        n, position = write_row(
+            names, position, values, first, count, last, n_buckets, offset, limit,
+            out_columns[entry:], out_values[entry:],
+        )  # fmt: skip
+        if position < 0:
+            return -1
+        first += count
+        entry += n
+        out_indptr[r + 1] = entry
+    return entry
+
+
+@_inline
+def write_row(  # noqa: PLR0917 - numba kernels take positional arrays
+    names: bytes,
+    position: int,
+    values: NDArray[np.float64],
+    first: int,
+    count: int,
+    last: bool,
+    n_buckets: int,
+    offset: int,
+    limit: float,
+    out_columns: NDArray[np.int64],
+    out_values: NDArray[np.float64],
+) -> tuple[int, int]:
+    """One event's row (module docs) from its ``count`` names starting at byte ``position`` and
+    its values ``values[first:first + count]``: (n, the position after its names), or (0, -1)
+    when it cannot vouch for the row. ``last``: the event's last name ends ``names``."""
+    size = len(names)
     columns = out_columns[: count + offset]
     signed = out_values[: count + offset]
     for i in range(count):
         end = position
         while end < size and names[end] != SEPARATOR_BYTE:
             end += 1
-        if (end == size) != (i == count - 1):
-            return -1
-        v = values[i]
+        if (end == size) != (last and i == count - 1):
+            return 0, -1
+        v = values[first + i]
         if not abs(v) <= limit:
-            return -1
+            return 0, -1
         h = murmur3_32(names, position, end)
         columns[offset + i] = murmur_bucket(h, n_buckets) + offset
         signed[offset + i] = -v if h < 0 else v
@@ -176,6 +241,17 @@ def hashed_row(  # noqa: PLR0917 - numba kernels take positional arrays
         else:
             total = signed[n - 1] + v
             if not abs(total) <= limit:
-                return -1
+                return 0, -1
             signed[n - 1] = total
-    return n
+    return n, position
+
+
+HASHED_ROW_TYPES = (
+    BYTES, BYTES, types.int64, types.int64, types.int64, types.float64, INTS, FLOATS,
+)  # fmt: skip
+
+
+@cache
+def hashed_row_entry() -> Callable[..., int]:
+    """:func:`hashed_row` compiled for HASHED_ROW_TYPES (see learning._kernels.compiled_entry)."""
+    return compiled_entry(hashed_row, HASHED_ROW_TYPES)

@@ -52,8 +52,10 @@ from learning.encoders._common import (
     checked_value,
     value_error,
 )
-from learning.encoders._murmur import INT32_MIN, hashed_row, murmur_bucket
+from learning.encoders._murmur import INT32_MIN, hashed_batch, hashed_row_entry, murmur_bucket
+from learning.encoders._packed import PACKED_FLOAT
 from learning.errors import FeatureError
+from learning.sparse import CSRBatch
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,6 @@ HASH_CACHE_SIZE = 131_072
 100,000-word vocabulary whole (about 15 MB), so a text stream hashes each word once."""
 MURMUR_NAMES = "str (murmur3 hashing takes string names, as scikit-learn does)"
 NAME_SEPARATOR = "\x00"
-PACKED_FLOAT = "d"
 
 
 class HashingEncoder(ObjectEncoder):
@@ -187,6 +188,32 @@ class HashingEncoder(ObjectEncoder):
         buckets[hashes == INT32_MIN] = murmur_bucket(INT32_MIN, self.n_buckets)
         return buckets + self.offset, hashes < 0
 
+    def _compiled_batch(
+        self, names: list[Any], values: NDArray[np.float64], lengths: list[int]
+    ) -> CSRBatch | None:
+        """murmur3 rows of a whole batch in one compiled call (:func:`._murmur.hashed_batch`),
+        each bit for bit :meth:`encode_sparse`'s; ``None`` when a name is not a valid str (the
+        join also checks that) or the compiled path cannot vouch for a row."""
+        if self.hash != "murmur3":
+            return None
+        try:
+            joined = NAME_SEPARATOR.join(names).encode("utf-8")
+        except (TypeError, UnicodeEncodeError):
+            return None
+        rows = len(lengths)
+        capacity = len(names) + rows * self.offset
+        indptr = np.empty(rows + 1, dtype=np.int64)
+        columns = np.empty(capacity, dtype=np.int64)
+        data = np.empty(capacity)
+        counts = np.asarray(lengths, dtype=np.int64)
+        offset = self.offset
+        total = hashed_batch(
+            joined, values, counts, self.n_buckets, offset, MAX_ABS_FEATURE, indptr, columns, data
+        )
+        if total < 0:
+            return None
+        return CSRBatch(indptr, columns[:total], data[:total], self.dimension)
+
     def _blake2b_code(self, name: Hashable) -> int:
         checked = check_name(name)
         key = f"s:{checked}" if isinstance(checked, str) else f"i:{checked}"
@@ -222,8 +249,9 @@ class HashingEncoder(ObjectEncoder):
         grow: bool = False,
         previous: RowKey | None = None,
     ) -> tuple[int, RowKey | None]:
-        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (each holds at
-        least ``max_features_per_event + 1`` entries): (the row's length, its key or ``None``).
+        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (writable,
+        C-contiguous int64 and float64 arrays of at least ``max_features_per_event + 1``
+        entries): (the row's length, its key or ``None``).
         The learners' single-event path: it hands no arrays back (boxing them costs more than
         the row).
 
@@ -240,11 +268,7 @@ class HashingEncoder(ObjectEncoder):
             n = self._hashed_row(content, len(mapping), columns, values)
             if n >= 0:
                 return n, (*content, n)
-        indices, data = self._sparse_row(*self._entries(mapping, grow))
-        n = int(indices.shape[0])
-        columns[:n] = indices
-        values[:n] = data
-        return n, None
+        return self._into(self._sparse_row(*self._entries(mapping, grow)), columns, values), None
 
     def _murmur_content(self, mapping: Mapping[Any, Any]) -> tuple[bytes, bytes] | None:
         """(names, values) of a murmur3 event as the compiled builder takes them, or ``None``
@@ -279,7 +303,7 @@ class HashingEncoder(ObjectEncoder):
         path cannot vouch for it (the precise path then decides)."""
         names, packed = content
         return int(
-            hashed_row(
+            hashed_row_entry()(
                 names, packed, count, 1 << self.n_bits, 1 if self.bias else 0, MAX_ABS_FEATURE,
                 columns, values,
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,8 +12,11 @@ from numpy.typing import NDArray
 
 from learning.encoders._common import (
     DEFAULT_MAX_FEATURES_PER_EVENT,
+    MAX_ABS_FEATURE,
+    PLAIN_NUMBER_TYPES,
     FeatureName,
     ObjectEncoder,
+    RowKey,
     SparseRow,
     assemble,
     bad_name,
@@ -21,12 +25,15 @@ from learning.encoders._common import (
     is_name,
     plain_vector,
 )
+from learning.encoders._packed import NO_ROW, PACKED_FLOAT, packed_row_entry
 from learning.errors import FeatureError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_FEATURES = 65_536
 """Default bound on a vocabulary's size."""
+IN_ORDER = b""
+"""The names part of the :data:`RowKey` of an event listing the whole vocabulary in order."""
 
 
 def _known_columns(positions: Mapping[Any, int], names: list[Any]) -> NDArray[np.int64] | None:
@@ -179,6 +186,8 @@ class VocabularyEncoder(ObjectEncoder):
         self._names: list[FeatureName] = []
         self._positions: dict[FeatureName, int] = {}
         self._in_order: tuple[Any, ...] | None = None
+        self._pack_format: str | None = None
+        """The ``struct`` format of an event in ``_in_order``'s values as float64."""
         self._prefix: list[float] = [1.0] if bias else []
 
     @property
@@ -214,6 +223,50 @@ class VocabularyEncoder(ObjectEncoder):
         positions, values = self._entries(mapping, grow)
         self._remember_order(mapping, positions)
         return self._sparse_row(positions, values)
+
+    def encode_sparse_into(
+        self,
+        features: Any,
+        columns: NDArray[np.int64],
+        values: NDArray[np.float64],
+        *,
+        grow: bool = False,
+        previous: RowKey | None = None,
+    ) -> tuple[int, RowKey | None]:
+        """:meth:`encode_sparse` written to the start of ``columns`` / ``values`` (writable,
+        C-contiguous int64 and float64 arrays of at least ``max_features_per_event + 1``
+        entries): (the row's length, its key or ``None``),
+        as :meth:`HashingEncoder.encode_sparse_into <learning.HashingEncoder.encode_sparse_into>`.
+
+        An event listing the whole vocabulary in order is written by one compiled call from its
+        values packed as float64 and keyed by them (``IN_ORDER``, the packed bytes, n): the key
+        names one row, since the vocabulary only grows and so has one state of each size.
+        """
+        mapping = self._mapping(features)
+        packed = self._packed_in_order(mapping)
+        if packed is not None:
+            if previous is not None and previous[1] == packed and previous[0] == IN_ORDER:
+                return previous[2], previous
+            n = int(packed_row_entry()(packed, self.offset, MAX_ABS_FEATURE, columns, values))
+            if n != NO_ROW:
+                return n, (IN_ORDER, packed, n)
+        positions, numbers = self._entries(mapping, grow)
+        self._remember_order(mapping, positions)
+        return self._into(self._sparse_row(positions, numbers), columns, values), None
+
+    def _packed_in_order(self, mapping: Mapping[Any, Any]) -> bytes | None:
+        """The values of an event listing the vocabulary in order, packed as float64; ``None``
+        for any other event or when a value is not a plain number (the precise path)."""
+        pack_format = self._pack_format
+        if pack_format is None or tuple(mapping) != self._in_order:
+            return None
+        raw = mapping.values()
+        if not set(map(type, raw)) <= PLAIN_NUMBER_TYPES:
+            return None
+        try:
+            return struct.pack(pack_format, *raw)
+        except (struct.error, OverflowError):  # an int beyond floats: the precise path says so
+            return None
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         lookup = self._positions.get
@@ -254,10 +307,12 @@ class VocabularyEncoder(ObjectEncoder):
             keys = tuple(mapping)
             if keys == tuple(self._names):
                 self._in_order = keys
+                self._pack_format = f"{len(keys)}{PACKED_FLOAT}"
 
     def _add(self, name: FeatureName) -> int:
         position = len(self._names) + self.offset
         self._in_order = None
+        self._pack_format = None
         self._names.append(name)
         self._positions[name] = position
         return position

@@ -170,3 +170,48 @@ def test_an_int_beyond_any_float_is_refused_with_its_code(sparse: bool) -> None:
         values({"a": 1.0, "b": 10**400})
     assert caught.value.code == "non_finite"
     assert values({"a": 1.0, "b": 2}) == [1.0, 1.0, 2.0]  # control: a fine int passes
+
+
+def vocabulary_in_order(bias: bool) -> VocabularyEncoder:
+    """A vocabulary that has learned a, b, c from an event listing them in that order."""
+    encoder = VocabularyEncoder(bias=bias)
+    encoder.encode_sparse({"a": 1.0, "b": 1.0, "c": 1.0}, grow=True)
+    encoder.encode_sparse({"a": 1.0, "b": 1.0, "c": 1.0})  # remembers the order
+    return encoder
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(ANY_VALUE, min_size=3, max_size=3),
+    order=st.permutations(["a", "b", "c"]),
+    bias=st.booleans(),
+)
+def test_vocabulary_rows_written_into_buffers_equal_the_precise_path(
+    values: list[Any], order: list[str], bias: bool
+) -> None:
+    encoder = vocabulary_in_order(bias)
+    row = dict(zip(order, values, strict=True))
+    precise = outcome(lambda: encoder._sparse_row(*encoder._entries(row, False)))
+    columns, values_buffer = LAST_BUFFERS
+    into = outcome(lambda: buffered(encoder.encode_sparse_into(row, columns, values_buffer)[0]))
+    assert into == precise == outcome(lambda: encoder.encode_sparse(row))
+
+
+def test_a_vocabulary_row_in_order_is_keyed_and_reused_only_for_the_same_values() -> None:
+    encoder = vocabulary_in_order(bias=True)
+    columns, values = row_buffers()
+    row = {"a": 1.0, "b": 2, "c": -0.5}
+    n, key = encoder.encode_sparse_into(row, columns, values)
+    assert key is not None and n == 4
+    assert columns[:n].tolist() == [0, 1, 2, 3] and values[:n].tolist() == [1.0, 1.0, 2.0, -0.5]
+    columns[:n] = -1  # a row written again would overwrite these
+    assert encoder.encode_sparse_into(dict(row), columns, values, previous=key) == (n, key)
+    assert columns[:n].tolist() == [-1] * n  # reused: nothing written
+    changed = {"a": 1.0, "b": 2, "c": -0.25}
+    n, other = encoder.encode_sparse_into(changed, columns, values, previous=key)
+    assert other is not None and other != key
+    assert values[:n].tolist() == [1.0, 1.0, 2.0, -0.25]
+    with pytest.raises(FeatureError, match="boolean_feature"):
+        encoder.encode_sparse_into({"a": 1.0, "b": True, "c": 0.0}, columns, values, previous=key)
+    reordered = {"b": 2, "a": 1.0, "c": -0.5}  # not in order: written by the precise path
+    assert encoder.encode_sparse_into(reordered, columns, values, previous=key)[1] is None

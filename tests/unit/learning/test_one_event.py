@@ -98,3 +98,48 @@ def test_whole_vocabulary_events_run_as_dense_rows_with_the_same_results() -> No
     assert not _one.sparse_row(one, {"b": 1.0}, grow=False)[3]  # control: a partial row is not
     assert one.n_updates > 3
     assert dump_state(one) == dump_state(batch)
+
+
+def test_a_whole_vocabulary_dict_changed_between_predict_and_learn_is_learned_as_it_is() -> None:
+    rng = np.random.default_rng(5)
+    names = ["a", "b", "c"]
+    rows = [dict(zip(names, values, strict=True)) for values in rng.normal(size=(30, 3)).tolist()]
+    labels = (rng.random(30) < 0.5).tolist()
+    one = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    learned = []
+    for row, label in zip(rows, labels, strict=True):
+        event = dict(row)
+        one.predict_one(event)
+        event["b"] = -event["b"]  # the same dict, new content (still the whole vocabulary)
+        learned.append(dict(event))
+        one.learn_one(event, label)
+    batch = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    batch.learn_batch(batch.encoder.encode_batch(learned, grow=True), batch.encode_labels(labels))
+    assert dump_state(one) == dump_state(batch)
+    control = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    control.learn_batch(control.encoder.encode_batch(rows, grow=True), batch.encode_labels(labels))
+    assert dump_state(one) != dump_state(control)  # the comparison sees the change
+
+
+def test_a_state_with_strided_arrays_still_learns_and_predicts_exactly() -> None:
+    rng = np.random.default_rng(6)
+    rows = [{"a": a, "b": b} for a, b in rng.normal(size=(40, 2)).tolist()]
+    labels = (rng.random(40) < 0.5).tolist()
+    plain = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    strided = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+    for model in (plain, strided):
+        model.learn_one(rows[0], labels[0])
+    state = strided._state
+    for name in ("weights", "weight_sums"):
+        array = getattr(state, name)
+        wide = np.zeros((array.shape[0], 2 * array.shape[1]))
+        wide[:, ::2] = array
+        setattr(state, name, wide[:, ::2])  # the same values, every other float of a buffer
+    assert state.irregular == {"weights", "weight_sums"}  # control: the guard sees them
+    for row, label in zip(rows[1:], labels[1:], strict=True):
+        assert strided.predict_one(row) == plain.predict_one(row)
+        assert strided.learn_one(row, label) == plain.learn_one(row, label)
+    assert np.array_equal(strided.weights, plain.weights)
+    assert plain.n_updates > 10
+    state.weights = np.ascontiguousarray(state.weights)
+    assert state.irregular == {"weight_sums"}  # a regular array leaves the set

@@ -50,3 +50,35 @@ def test_voted_predictions_of_a_batch_equal_those_of_single_rows() -> None:
     singles = [snapshot.predict_codes(encoded[i : i + 1], "voted") for i in range(300)]
     assert np.array_equal(codes, np.concatenate([c for c, _ in singles]))
     assert np.array_equal(scores, np.concatenate([s for _, s in singles]))
+
+
+def test_the_column_map_of_long_sparse_batches_votes_as_the_binary_search() -> None:
+    from learning import HashingEncoder, dump_state  # noqa: PLC0415 - local to this test
+    from learning._voters import position_map  # noqa: PLC0415
+
+    bits = 14  # dense voter copies would exceed VOTER_COLUMNS_BYTES: the log votes
+    width = (1 << bits) + 1
+    assert position_map(1, False, width, True).shape == (0,)  # one row: binary search
+    assert position_map(60, False, width, True).shape == (width,)  # control: the map
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(300)]
+    rows = [{str(rng.choice(words)): float(rng.normal()) for _ in range(12)} for _ in range(400)]
+    signs = np.where(rng.random(400) < 0.5, 1.0, -1.0)
+
+    def learner() -> Perceptron:
+        return Perceptron(encoder=HashingEncoder(bits), prequential_voted=True, max_voters=16)
+
+    batch, single = learner(), learner()
+    for start in range(0, 400, 100):
+        rows_part = rows[start : start + 100]
+        batch.learn_batch(batch.encoder.encode_sparse_batch(rows_part), signs[start : start + 100])
+    for row, sign in zip(rows, signs.tolist(), strict=True):
+        single.learn_batch(single.encoder.encode_sparse_batch([row]), np.array([sign]))
+    assert batch.n_voters == 16 and batch.prequential_mistakes["voted"] > 50
+    assert dump_state(batch) == dump_state(single)
+    assert batch.prequential_mistakes == single.prequential_mistakes
+    encode = batch.encoder.encode_sparse_batch
+    mapped = batch.predict_batch(encode(rows[:80]), "voted")[1]
+    searched = [batch.predict_batch(encode([row]), "voted")[1][0] for row in rows[:80]]
+    assert mapped.tolist() == searched
+    assert len(set(searched)) > 10  # control: the scores tell the rows apart

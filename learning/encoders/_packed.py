@@ -1,0 +1,58 @@
+"""One event's row from its values packed as float64 bytes, compiled.
+
+An event that lists a vocabulary's names in order is the dense row (bias, values): the Python
+side packs the values (``struct``, exactly as numpy converts ints and floats to float64) and this
+module checks them and writes the row in one compiled call. A value that is not finite or beyond
+±limit makes it return no row; the caller then takes the precise path, which names the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+import numpy as np
+from numba import types
+from numpy.typing import NDArray
+
+from learning._kernels import BYTES, FLOATS, INTS, _jit, compiled_entry
+
+NO_ROW = -1
+PACKED_FLOAT = "d"
+"""``struct``'s code of a float64: event values are packed with it."""
+
+
+@_jit
+def packed_row(
+    packed: bytes,
+    offset: int,
+    limit: float,
+    out_columns: NDArray[np.int64],
+    out_values: NDArray[np.float64],
+) -> int:
+    """Write the row 0 .. n-1 (the bias 1.0 first when ``offset`` is 1) of the packed values to
+    ``out_*[:n]``; returns n, or NO_ROW when a value is not finite or beyond ±``limit``.
+
+    The buffers hold at least (number of values) + ``offset`` entries.
+    """
+    values = np.frombuffer(packed, dtype=np.float64)
+    count = values.shape[0]
+    for i in range(count):
+        v = values[i]
+        if not abs(v) <= limit:
+            return NO_ROW
+        out_columns[offset + i] = offset + i
+        out_values[offset + i] = v
+    if offset:
+        out_columns[0] = 0
+        out_values[0] = 1.0
+    return int(count + offset)
+
+
+PACKED_ROW_TYPES = (BYTES, types.int64, types.float64, INTS, FLOATS)
+
+
+@cache
+def packed_row_entry() -> Callable[..., int]:
+    """:func:`packed_row` compiled for PACKED_ROW_TYPES (see learning._kernels.compiled_entry)."""
+    return compiled_entry(packed_row, PACKED_ROW_TYPES)
