@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 DIMENSIONS = (10, 100, 1000)
 BARS = {10: 10.0, 100: 30.0, 1000: 100.0}
+LEARN_ONE_BAR = 1.0
+"""``learner_learn_one_d*_vs_river``: the per-event API at least as fast as river's."""
 EVENTS = {10: 60_000, 100: 20_000, 1000: 4_000}
 QUICK_EVENTS = {10: 4_000, 100: 2_000, 1000: 500}
 LEARN_ONE_EVENTS = 10_000
@@ -216,6 +218,7 @@ def bench_dimension(dimension: int, n: int) -> list[BenchRecord]:
             len(short.rows) / river_short_seconds,
             "events/s",
             "river.linear_model.Perceptron predict_one+learn_one",
+            bar=LEARN_ONE_BAR,
             details={"ours_prequential_mistakes": one_mistakes, "path": "dicts, per event"},
         ),
     ]

@@ -27,6 +27,7 @@ def expected_rows() -> dict[str, tuple[str, str]]:
         "`predict_c16_p99_ms`": (f"the {predict.P99_LIMIT_MS:g} ms limit", "below it"),
         "`predict_batch_per_s`": (f"the {predict.BATCH_TARGET_PER_S:,.0f}/s target", "above it"),
         f"`learner_d{{{dimensions}}}_vs_river`": ("", learner_bars),
+        f"`learner_learn_one_d{{{dimensions}}}_vs_river`": ("", f"{learner.LEARN_ONE_BAR:g}x"),
         "`predict_replicas2_vs_1`": ("", f"{replicas.RATE_BAR:g}x"),
         "`mixing_learners2_vs_1`": ("", f"{mixing.BAR:g}x"),
     }
