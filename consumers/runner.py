@@ -369,6 +369,7 @@ class ConsumerRunner:
                 settings.group,
                 settings.connection_config(),
                 ensure_state_topic=ensure_state_topic,
+                follower_consumer=KafkaConsumer,
             )
             self._client_settings = replace(
                 settings,
@@ -469,8 +470,10 @@ class ConsumerRunner:
         try:
             if self._engine.restore_report is None:
                 self._engine.restore(self._store)
-            if self._owner is not None and not self._warm_start(self._owner):
-                return
+            if self._owner is not None:
+                if not self._warm_start(self._owner):
+                    return
+                self._owner.start_following()
             while not self._stop.is_set():
                 if self._consumer is None and not self._open():
                     self._stop.wait(self._retry_delay())
@@ -970,6 +973,7 @@ class ConsumerRunner:
         self._dead_letters.close(timeout=max(0.0, deadline - time.monotonic()))
         if self._owner is not None:
             self._owner.close(timeout=max(0.0, deadline - time.monotonic()))
+            self._owner.stop_following(timeout=max(0.0, deadline - time.monotonic()))
         self._set_disconnected("the consumer has stopped")
         self._final_checkpoint_ok = saved
         logger.info("consumer stopped (final checkpoint %s)", "written" if saved else "FAILED")

@@ -120,6 +120,7 @@ class KafkaSettings(_Section):
         default=DEFAULT_MAX_RECORD_BYTES, ge=MIN_RECORD_BYTES, le=DEFAULT_MAX_RECORD_BYTES
     )
     transactions: bool = True
+    warm_standby: bool = True
     client_id: str = "novikoff"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=DEFAULT_SESSION_TIMEOUT_MS, gt=0)
