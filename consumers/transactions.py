@@ -77,6 +77,7 @@ DEAD_LETTER_MAX_BYTES = 1_048_576
 bounds them (client side, before anything joins the transaction), while state records may be up
 to :data:`consumers.state_topic.STATE_RECORD_MAX_BYTES`."""
 WARM_POLL_TIMEOUT_MS = 50
+"""The warm follower's poll wait: a requested end-of-log check starts at most this late."""
 WARM_FETCH_MAX_WAIT_MS = 50
 """The warm follower's fetch wait: a fetch held longer by the broker holds up its end-of-log
 check (kafka-python sends it after the fetch in flight), hence a takeover's confirmation."""
@@ -178,9 +179,7 @@ def state_topic_candidate(
         try:
             state = engine.load_payload(record.payload, STATE_TOPIC_REMEDY)
         except IncompatibleCheckpointError as exc:
-            raise IncompatibleCheckpointError(
-                f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
-            ) from None
+            raise _foreign_model(settings, group, exc) from None
         except (StateError, ValueError) as exc:
             logger.error(
                 "state record %s@%d cannot be loaded (%s); the previous one is used",
@@ -193,6 +192,15 @@ def state_topic_candidate(
             f"state record {settings.state_topic}@{record.offset}", state, record.sequence
         )
     return None
+
+
+def _foreign_model(
+    settings: TransactionSettings, group: str, exc: IncompatibleCheckpointError
+) -> IncompatibleCheckpointError:
+    """The error naming the state topic and key whose record holds another model."""
+    return IncompatibleCheckpointError(
+        f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
+    )
 
 
 def cache_candidate(engine: Engine, store: CheckpointStore) -> Candidate | None:
@@ -609,9 +617,7 @@ class Owner:
         try:
             state = self._engine.load_payload(followed.payload, STATE_TOPIC_REMEDY)
         except IncompatibleCheckpointError as exc:
-            raise IncompatibleCheckpointError(
-                f"state topic {self._settings.state_topic!r}, key {self.key.decode()}: {exc}"
-            ) from None
+            raise _foreign_model(self._settings, self._group, exc) from None
         except (StateError, ValueError) as exc:
             logger.error("%s cannot be loaded (%s); reading the state topic", origin, exc)
             return None
