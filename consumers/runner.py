@@ -24,7 +24,9 @@ it; a failed transaction voids everything since the last commit.
 Rebalances: partitions being revoked (or lost) are checkpointed first; newly assigned ones are
 positioned at the engine's next offsets. The listener runs on kafka-python's IO thread while the
 consumer thread is blocked inside ``poll()``/``close()``, and only touches the engine under its
-lock.
+lock. A join kafka-python 3.0.12 would leave unfinished (one its IO thread completed while the
+consumer thread was away from ``poll()``) is asked for again before each poll
+(:func:`_resume_stranded_join`).
 
 Failures: the consumer is built lazily and rebuilt after errors, with exponential backoff; when
 the broker is away, ``poll()`` waits instead of spinning and :attr:`ConsumerRunner.connected`
@@ -367,6 +369,7 @@ class ConsumerRunner:
                 settings.group,
                 settings.connection_config(),
                 ensure_state_topic=ensure_state_topic,
+                follower_consumer=KafkaConsumer,
             )
             self._client_settings = replace(
                 settings,
@@ -467,8 +470,10 @@ class ConsumerRunner:
         try:
             if self._engine.restore_report is None:
                 self._engine.restore(self._store)
-            if self._owner is not None and not self._warm_start(self._owner):
-                return
+            if self._owner is not None:
+                if not self._warm_start(self._owner):
+                    return
+                self._owner.start_following()
             while not self._stop.is_set():
                 if self._consumer is None and not self._open():
                     self._stop.wait(self._retry_delay())
@@ -487,6 +492,7 @@ class ConsumerRunner:
         consumer = self._consumer
         assert consumer is not None
         started = time.monotonic()
+        _resume_stranded_join(consumer)
         polled = consumer.poll(
             timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
         )
@@ -687,8 +693,8 @@ class ConsumerRunner:
 
         Returns the polled records the round may go on with (``None``: none, end the round).
         After an activation, a partition's records are kept when they start at the restored next
-        offset (or the restored state has no offset for it); the others are dropped and their
-        partitions sought to the restored offsets.
+        offset (:func:`_resuming`); the others are dropped and their partitions sought to the
+        restored offsets.
         """
         owner = self._owner
         assert owner is not None
@@ -708,14 +714,7 @@ class ConsumerRunner:
                     owner.activation_needed = True
                     raise
                 assigned = consumer.assignment()
-                kept = {
-                    tp: records
-                    for tp, records in polled.items()
-                    if tp in assigned
-                    and records
-                    and self._engine.next_offset(tp.topic, tp.partition)
-                    in (None, records[0].offset)
-                }
+                kept = _resuming(self._engine, polled, assigned)
                 self._seek_to_engine(consumer, [tp for tp in assigned if tp not in kept])
                 self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)
                 logger.info(
@@ -974,6 +973,7 @@ class ConsumerRunner:
         self._dead_letters.close(timeout=max(0.0, deadline - time.monotonic()))
         if self._owner is not None:
             self._owner.close(timeout=max(0.0, deadline - time.monotonic()))
+            self._owner.stop_following(timeout=max(0.0, deadline - time.monotonic()))
         self._set_disconnected("the consumer has stopped")
         self._final_checkpoint_ok = saved
         logger.info("consumer stopped (final checkpoint %s)", "written" if saved else "FAILED")
@@ -1027,6 +1027,53 @@ def _disconnection_reason(consumer: Consumer) -> str | None:
     except Exception as exc:
         return f"cannot tell the connection state: {exc!r}"
     return None
+
+
+def _resuming(
+    engine: Engine, polled: Mapping[Any, list[Any]], assigned: set[Any]
+) -> dict[Any, list[Any]]:
+    """The polled records of assigned partitions that start exactly at the engine's next offset.
+
+    A partition the restored state has no offset for is not among them: its consumer position
+    may have moved past records applied before the restore and discarded by it (work of a
+    previous generation never committed), so it is sought to ``auto_offset_reset`` instead.
+    """
+    return {
+        tp: records
+        for tp, records in polled.items()
+        if tp in assigned
+        and records
+        and engine.next_offset(tp.topic, tp.partition) == records[0].offset
+    }
+
+
+def _resume_stranded_join(consumer: Consumer) -> bool:
+    """Make the next ``poll()`` finish a group join kafka-python started and then forgot.
+
+    kafka-python 3.0.12 runs a JoinGroup/SyncGroup round as a task on its IO thread and completes
+    it (member stable, heartbeats back on, the assignment installed, ``on_partitions_assigned``)
+    only in a later ``poll()`` that finds ``need_rejoin()`` true. A round the group leader starts
+    because its topic metadata changed clears that very trigger itself (the leader records the
+    metadata it assigns), so when ``poll()`` returned before the round ended (its timeout ran
+    out, or the consumer thread was away committing a transaction or restoring), no later
+    ``poll()`` completes it: the member stays "rebalancing" with heartbeats off and never learns
+    again. Invariant restored here: a member in the middle of a join (``rejoining``) always has
+    ``need_rejoin()`` true, so the next ``poll()`` awaits the round or starts a fresh one.
+
+    Returns whether a stranded join was found.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "rejoining", False) is not True:
+        return False
+    try:
+        if coordinator.need_rejoin():
+            return False
+        coordinator.request_rejoin()
+    except Exception as exc:
+        logger.debug("group join state unavailable: %r", exc)
+        return False
+    logger.warning("kafka-python left a group join unfinished; rejoining the group")
+    return True
 
 
 def _topic_in_metadata(consumer: Consumer, topic: str) -> bool | None:

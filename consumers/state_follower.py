@@ -16,9 +16,10 @@ Invariants
 * A record that fails verification (:func:`consumers.state_topic.decode_state_record`) or that
   ``accept`` refuses (raises) is skipped with an ERROR, and the previously accepted state stays:
   a damaged record never replaces a good model.
-* :attr:`caught_up_at` is the monotonic time at which the follower last saw its position at the
-  end of the committed log (the last stable offset) with every record before it handled: its
-  state was then the newest committed one. While the broker is unreachable it stops advancing.
+* :attr:`caught_up_at` is the monotonic time at which the follower last began an end-of-log check
+  that then found its position at the end of the committed log (the last stable offset) with
+  every record before it handled: its state was the newest committed one at that moment (a
+  record committed before it is held). While the broker is unreachable it stops advancing.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from kafka.structs import TopicPartition
 
 from consumers.checkpoint import CheckpointError
 from consumers.state_chunks import StateAssembler
-from consumers.state_topic import decode_state_record
+from consumers.state_topic import decode_state_record, state_record_sequence
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ class FollowedState:
     offset: int
     received_at: float
     """``time.monotonic()`` when it was accepted."""
+    sequence: int = 0
+    """The record's sequence number (its header, :func:`~consumers.state_topic.
+    state_record_sequence`)."""
 
 
 class StateFollower:
@@ -152,6 +156,7 @@ class StateFollower:
         self._backoff_max_s = backoff_max_s
         self._clock = clock
         self._stop = threading.Event()
+        self._check_requested = threading.Event()
         self._thread: threading.Thread | None = None
         self._state: FollowedState | None = None
         self._caught_up_at: float | None = None
@@ -190,6 +195,14 @@ class StateFollower:
     def running(self) -> bool:
         """Whether the follower thread is alive."""
         return self._thread is not None and self._thread.is_alive()
+
+    def request_end_check(self) -> None:
+        """Check the end of the log after the current poll instead of at the next interval.
+
+        :attr:`caught_up_at` then passes the moment of this call as soon as the follower holds
+        every record committed before it.
+        """
+        self._check_requested.set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -253,7 +266,8 @@ class StateFollower:
             now = self._clock()
             # Checked on a timer, not only when idle: a learner writing at every poll must not
             # make its replicas look stale.
-            if now >= next_end_check:
+            if now >= next_end_check or self._check_requested.is_set():
+                self._check_requested.clear()
                 self._check_end(consumer, partitions)
                 next_end_check = now + self._end_check_interval_s
 
@@ -271,7 +285,9 @@ class StateFollower:
             ):
                 return
             try:
-                payload = decode_state_record(self._assembler.complete(record.value))
+                value = self._assembler.complete(record.value)
+                payload = decode_state_record(value)
+                assert value is not None  # decode_state_record refuses a tombstone
                 self._accept(payload)
             except Exception as exc:
                 self._skipped += 1
@@ -284,10 +300,14 @@ class StateFollower:
                     reason,
                 )
                 continue
-            self._state = FollowedState(payload, partition, record.offset, self._clock())
+            self._state = FollowedState(
+                payload, partition, record.offset, self._clock(), state_record_sequence(value)
+            )
             return
 
     def _check_end(self, consumer: FollowerConsumer, partitions: list[TopicPartition]) -> None:
+        # The moment before asking: every record committed by then is below the ends read.
+        started = self._clock()
         try:
             ends = consumer.end_offsets(partitions, timeout_ms=END_OFFSETS_TIMEOUT_MS)
             positions = {tp: consumer.position(tp) for tp in partitions}
@@ -296,7 +316,14 @@ class StateFollower:
             return
         self._problem = None
         if all(positions[tp] >= ends.get(tp, 0) for tp in partitions):
-            self._caught_up_at = self._clock()
+            if self._caught_up_at is None:
+                held = self._state
+                logger.info(
+                    "caught up with the state topic %s (%s)",
+                    self._topic,
+                    "no record of the key yet" if held is None else f"record @{held.offset}",
+                )
+            self._caught_up_at = started
 
     def _set_problem(self, problem: str) -> None:
         if problem != self._problem:

@@ -22,11 +22,19 @@ Restoring
     On every assignment the owner restores the newest committed state: the state topic's newest
     record that verifies and loads, the local checkpoint cache only when it has applied at least
     as many records (:func:`restore_newest`). Work applied but not committed is discarded with it.
+
+Warm standby
+    Every member follows its state record (:class:`~consumers.state_follower.StateFollower`,
+    ``read_committed``) while it stands by, so a takeover has the newest state in memory. It is
+    used only once the follower has confirmed, by an end-of-log check begun after the new owner
+    fenced its predecessors, that no newer record is committed; otherwise (or when it does not
+    load) the state topic is read as before.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +48,7 @@ from consumers.dlq import ProducerFuture
 from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
 from consumers.ownership import SingleOwnerAssignor
 from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
+from consumers.state_follower import FollowerConsumer, StateFollower
 from consumers.state_topic import (
     STATE_RECORD_MAX_BYTES,
     encode_state_record,
@@ -67,6 +76,16 @@ DEAD_LETTER_MAX_BYTES = 1_048_576
 """kafka-python's default ``max_request_size``: dead letters are bounded as a default producer
 bounds them (client side, before anything joins the transaction), while state records may be up
 to :data:`consumers.state_topic.STATE_RECORD_MAX_BYTES`."""
+WARM_POLL_TIMEOUT_MS = 50
+"""The warm follower's poll wait: a requested end-of-log check starts at most this late."""
+WARM_FETCH_MAX_WAIT_MS = 50
+"""The warm follower's fetch wait: a fetch held longer by the broker holds up its end-of-log
+check (kafka-python sends it after the fetch in flight), hence a takeover's confirmation."""
+WARM_CONFIRM_TIMEOUT_S = 2.0
+"""How long a takeover waits for that confirmation before reading the state topic instead."""
+WARM_CONFIRM_STEP_S = 0.01
+WARM_ORIGIN_SUFFIX = " (warm)"
+"""Marks a state restored from the follower's memory in the restore log line."""
 STATE_TOPIC_REMEDY = (
     "a new model needs another [kafka] group_id or state_topic; the model settings must match "
     "the ones the state topic was written with"
@@ -89,6 +108,8 @@ class TransactionSettings:
         The broker aborts a transaction left open this long (above the checkpoint interval).
     max_record_bytes
         A state record above this is split into chunks (:mod:`consumers.state_chunks`).
+    warm_standby
+        Follow the state record while standing by, so a takeover restores from memory.
     """
 
     state_topic: str
@@ -96,6 +117,7 @@ class TransactionSettings:
     state_read_timeout_seconds: float = DEFAULT_STATE_READ_TIMEOUT_SECONDS
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    warm_standby: bool = True
 
     def key(self, group: str) -> bytes:
         """The state record key of ``group``'s model."""
@@ -157,9 +179,7 @@ def state_topic_candidate(
         try:
             state = engine.load_payload(record.payload, STATE_TOPIC_REMEDY)
         except IncompatibleCheckpointError as exc:
-            raise IncompatibleCheckpointError(
-                f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
-            ) from None
+            raise _foreign_model(settings, group, exc) from None
         except (StateError, ValueError) as exc:
             logger.error(
                 "state record %s@%d cannot be loaded (%s); the previous one is used",
@@ -172,6 +192,15 @@ def state_topic_candidate(
             f"state record {settings.state_topic}@{record.offset}", state, record.sequence
         )
     return None
+
+
+def _foreign_model(
+    settings: TransactionSettings, group: str, exc: IncompatibleCheckpointError
+) -> IncompatibleCheckpointError:
+    """The error naming the state topic and key whose record holds another model."""
+    return IncompatibleCheckpointError(
+        f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
+    )
 
 
 def cache_candidate(engine: Engine, store: CheckpointStore) -> Candidate | None:
@@ -384,6 +413,9 @@ class Owner:
         Creates the state topic when it is missing (the service's topics helper).
     build_producer
         Makes the kafka-python producer (tests may pass their own).
+    follower_consumer
+        Builds the warm standby's state-topic consumer (``KafkaConsumer``); ``None``, or
+        ``settings.warm_standby`` off: no follower, every takeover reads the state topic.
     """
 
     def __init__(
@@ -396,6 +428,7 @@ class Owner:
         *,
         ensure_state_topic: Callable[[], object] | None = None,
         build_producer: ProducerBuilder = kafka_transactional_producer,
+        follower_consumer: Callable[..., FollowerConsumer] | None = None,
     ) -> None:
         self._engine = engine
         self._store = store
@@ -415,6 +448,16 @@ class Owner:
             },
             build_producer,
         )
+        self._follower: StateFollower | None = None
+        if settings.warm_standby and follower_consumer is not None:
+            self._follower = StateFollower(
+                settings.state_topic,
+                self.key,
+                _hold,
+                follower_consumer,
+                {**self._connection, "fetch_max_wait_ms": WARM_FETCH_MAX_WAIT_MS},
+                poll_timeout_ms=WARM_POLL_TIMEOUT_MS,
+            )
         self._baseline = engine.checkpoint_bytes()[0]
         self._sequence = 0
         self.activation_needed = False
@@ -468,7 +511,7 @@ class Owner:
         consumers.state_topic.StateTopicUnavailableError
             When the state topic cannot be read.
         """
-        from_topic = state_topic_candidate(
+        from_topic = self._warm_candidate(time.monotonic()) or state_topic_candidate(
             self._engine, self._connection, self._settings, self._group
         )
         self._sequence = 0
@@ -519,9 +562,70 @@ class Owner:
         self.producer.abort()
         self.dirty = True
 
+    @property
+    def warm(self) -> bool:
+        """Whether the follower has reached the end of the state topic and can read it now."""
+        follower = self._follower
+        return follower is not None and follower.caught_up_at is not None and not follower.problem
+
+    def start_following(self) -> None:
+        """Start following the state record (warm standby), once; nothing without a follower."""
+        if self._follower is not None and not self._follower.running:
+            self._follower.start()
+
+    def stop_following(self, timeout: float | None = None) -> None:
+        """Stop the follower (at shutdown); with ``timeout``, wait that long for its thread."""
+        if self._follower is not None:
+            self._follower.stop(timeout)
+
     def close(self, timeout: float | None = None) -> None:
         """Close the producer."""
         self.producer.close(timeout)
 
+    def _warm_candidate(self, since: float) -> Candidate | None:
+        """The followed state record, once confirmed the newest committed one after ``since``.
+
+        ``since`` is taken after this owner fenced its predecessors and while it commits
+        nothing, so a record committed before it is the newest there will be until this owner's
+        next commit. ``None`` (read the topic instead) without a follower, without confirmation
+        within :data:`WARM_CONFIRM_TIMEOUT_S` (none is awaited from a follower that has never
+        reached the end of the log or cannot read it now), or when the record does not load.
+
+        Raises
+        ------
+        IncompatibleCheckpointError
+            When the followed record holds another model.
+        """
+        follower = self._follower
+        if follower is None or not self.warm:
+            # Never reached the end of the log, or cannot read it now: no waiting.
+            return None
+        follower.request_end_check()
+        deadline = since + WARM_CONFIRM_TIMEOUT_S
+        while (follower.caught_up_at or float("-inf")) < since:
+            if time.monotonic() > deadline or not follower.running:
+                logger.info(
+                    "warm state not confirmed the newest (%s); reading the state topic",
+                    follower.problem or f"no end-of-log check within {WARM_CONFIRM_TIMEOUT_S}s",
+                )
+                return None
+            time.sleep(WARM_CONFIRM_STEP_S)
+        followed = follower.state
+        if followed is None:
+            return None
+        origin = f"state record {self._settings.state_topic}@{followed.offset}"
+        try:
+            state = self._engine.load_payload(followed.payload, STATE_TOPIC_REMEDY)
+        except IncompatibleCheckpointError as exc:
+            raise _foreign_model(self._settings, self._group, exc) from None
+        except (StateError, ValueError) as exc:
+            logger.error("%s cannot be loaded (%s); reading the state topic", origin, exc)
+            return None
+        return Candidate(origin + WARM_ORIGIN_SUFFIX, state, followed.sequence)
+
     def _baseline_state(self) -> LoadedState:
         return self._engine.load_payload(self._baseline)
+
+
+def _hold(payload: bytes) -> None:
+    """The warm follower's ``accept``: the record is only held; it is loaded on takeover."""

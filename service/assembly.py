@@ -209,6 +209,7 @@ def transaction_settings(settings: Settings) -> TransactionSettings | None:
         model_id=settings.kafka.topic,
         max_record_bytes=settings.kafka.state_record_max_bytes,
         transaction_timeout_ms=transaction_timeout_ms(settings.checkpoint.every_seconds),
+        warm_standby=settings.kafka.warm_standby,
     )
 
 

@@ -120,7 +120,8 @@ class KafkaSettings(_Section):
     state_record_max_bytes: int = Field(
         default=DEFAULT_MAX_RECORD_BYTES, ge=MIN_RECORD_BYTES, le=DEFAULT_MAX_RECORD_BYTES
     )
-    transactions: bool = False
+    transactions: bool = True
+    warm_standby: bool = True
     client_id: str = "novikoff"
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=DEFAULT_SESSION_TIMEOUT_MS, gt=0)

@@ -9,6 +9,10 @@ The first instance owns every partition, the second stands by. Then:
   is bit-identical to the offline learner. The time from each kill to learning again is recorded
   in ``test-artifacts/reliability.jsonl``. Control: with ``transactions = false`` the standby
   relearns from scratch and repeats dead letters, which the same ledger check catches.
+* **Warm standbys**: the standby follows the state topic, so each takeover restores the state it
+  holds in memory (``restored state record ... (warm)`` in its log) once that state is confirmed
+  the newest committed one. Control: with ``warm_standby = false`` the takeover reads the state
+  topic (``restored state record`` without ``(warm)``); both record their kill-to-learning times.
 * **A paused owner (SIGSTOP) that lost its partition and resumes** must not write: it is caught
   with work it never committed, the standby takes over, and when the paused one resumes its
   producer is fenced: nothing of its uncommitted work is visible ``read_committed`` (ledger exact,
@@ -19,6 +23,7 @@ The first instance owns every partition, the second stands by. Then:
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -46,6 +51,11 @@ pytestmark = pytest.mark.integration
 
 COMMITTED = "read_committed"
 TRANSACTIONS_ENV = "NOVIKOFF_KAFKA__TRANSACTIONS"
+WARM_ENV = "NOVIKOFF_KAFKA__WARM_STANDBY"
+WARM_RESTORE = re.compile(r"restored state record \S+@\d+ \(warm\)")
+STATE_RESTORE = re.compile(r"restored state record \S+@\d+")
+FOLLOWING = "caught up with the state topic"
+"""A standby's follower logs this once it holds the newest committed state: it is warm."""
 
 EVENTS = 20_000
 POISON_EVERY = 100
@@ -152,14 +162,15 @@ def _committed_seen(bootstrap: str, topic: str, group: str) -> int:
 
 
 @pytest.mark.parametrize(
-    ("partitions", "kills", "transactions"),
-    [(1, 3, True), (3, 3, True), (1, 1, False)],
-    ids=["1-partition", "3-partitions", "control-off"],
+    ("partitions", "kills", "transactions", "warm"),
+    [(1, 3, True, True), (3, 3, True, True), (1, 1, True, False), (1, 1, False, False)],
+    ids=["1-partition", "3-partitions", "control-cold-standby", "control-off"],
 )
 def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
     partitions: int,
     kills: int,
     transactions: bool,
+    warm: bool,
     kafka_bootstrap: str,
     topic_name: str,
     tmp_path: Path,
@@ -169,10 +180,12 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
     settings = load_settings(kafka={"bootstrap_servers": kafka_bootstrap})
     ensure_topics(settings.kafka, [topic_name], partitions=partitions)
     ensure_topics(settings.kafka, [f"{topic_name}.dlq"])
-    env = {TRANSACTIONS_ENV: "true" if transactions else "false"}
+    env = {TRANSACTIONS_ENV: str(transactions).lower(), WARM_ENV: str(warm).lower()}
     owner, standby = _instances(tmp_path, kafka_bootstrap, topic_name, stream, env)
     publisher = _publisher(kafka_bootstrap, topic_name, stream, partitions)
     takeovers: list[dict[str, float]] = []
+    restores: list[str] = []
+    """The standby's log of each takeover, from the kill on."""
     try:
         owner.start()
         wait_any_log(owner, ASSIGNED_LOGS, after=0)
@@ -189,6 +202,9 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
                 # /stats lists only the partitions an instance owns.
                 assert len(owned["partitions"]) == partitions, owned["partitions"]
                 assert standby.stats()["partitions"] == []
+            if warm:
+                wait_log(standby, FOLLOWING)
+            from_kill = len(standby.log_text)
             owner.kill()
             killed_at = time.monotonic()
             standby.wait_for(
@@ -198,6 +214,7 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
             standby.wait_for(
                 "caught up", lambda s, h=at_kill: handled(s) >= h, TAKEOVER_TIMEOUT_S, POLL_S
             )
+            restores.append(standby.log_text[from_kill:])
             takeovers.append(
                 {
                     "handled_at_kill": at_kill,
@@ -223,10 +240,15 @@ def test_sigkill_of_the_owner_fails_over_to_the_standby_exactly_once(
             assert report.problems == [], report.problems
             assert report.duplicate_dead_letters == 0, report.summary()
             assert "restored state record" in standby.log_text, standby.log_text
+            for log in restores:
+                # Every takeover restored a state record: from memory exactly when warm.
+                assert STATE_RESTORE.search(log), log
+                assert bool(WARM_RESTORE.search(log)) is warm, log
             record_figures(
                 artifacts_dir,
                 "failover",
                 partitions=partitions,
+                warm_standby=warm,
                 produced=report.produced,
                 learned=report.learned,
                 dead_lettered=report.dead_lettered,

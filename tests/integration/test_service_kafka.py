@@ -24,6 +24,7 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.demo import TANSU_TRANSACTIONS
 from service.model import build_learner, build_tracker
 from service.settings import load_settings
 from service.synthetic import SyntheticStream
@@ -40,13 +41,22 @@ POLL_S = 0.1
 
 
 def config_text(
-    bootstrap: str, topic: str, port: int, state: Path, extra: str, checkpoint_every: int
+    bootstrap: str,
+    topic: str,
+    port: int,
+    state: Path,
+    extra: str,
+    checkpoint_every: int,
+    transactions: bool | None = None,
 ) -> str:
+    """The service's config; ``transactions`` is left to the default unless given."""
+    setting = "" if transactions is None else f"transactions = {str(transactions).lower()}"
     return f"""
 [kafka]
 bootstrap_servers = "{bootstrap}"
 topic = "{topic}"
 group_id = "{topic}-group"
+{setting}
 {group_timing_toml()}
 [http]
 port = {port}
@@ -143,15 +153,25 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def serve(tmp_path: Path, bootstrap: str, topic_name: str) -> Iterator[Any]:
-    """Start ``novikoff serve`` with the given extra config; every process is killed at the end."""
+def serve(
+    tmp_path: Path, bootstrap: str, topic_name: str, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    """Start ``novikoff serve`` with the given extra config; every process is killed at the end.
+
+    On Tansu it runs without transactions, as the demo does there (``TANSU_TRANSACTIONS``).
+    """
     processes: list[ServeProcess] = []
     port = free_port()
     state = tmp_path / "state"
+    callspec = getattr(request.node, "callspec", None)
+    on_tansu = callspec is not None and callspec.params.get("bootstrap") == "tansu"
+    transactions = TANSU_TRANSACTIONS if on_tansu else None
 
     def start(extra: str = "", checkpoint_every: int = 10_000) -> ServeProcess:
         config = tmp_path / "novikoff.toml"
-        text = config_text(bootstrap, topic_name, port, state, extra, checkpoint_every)
+        text = config_text(
+            bootstrap, topic_name, port, state, extra, checkpoint_every, transactions
+        )
         config.write_text(text)
         process = ServeProcess(config, port, tmp_path / f"serve-{len(processes)}.log")
         processes.append(process)
