@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -195,6 +195,10 @@ class EventDecoder:
     ([[1.0, 2.0]], [-1.0], ['boolean_feature'])
     """
 
+    compiled_tier: ClassVar[bool] = True
+    """Whether dense models try the compiled reader first (off: orjson and precise tiers only,
+    the same verdicts; ``BENCH_JSON_READER=off python -m bench`` measures that)."""
+
     def __init__(
         self,
         encoder: Encoder,
@@ -288,7 +292,7 @@ class EventDecoder:
         values: list[Any] = list(map(_get_value, records))
         tiers: list[_Rows] = []
         pending: list[int] | None = None
-        if self._compiled_labels is not None:
+        if self._compiled_labels is not None and self.compiled_tier:
             compiled = self._decode_compiled(values)
             if compiled is not None:
                 tiers.append(compiled.rows)
