@@ -29,7 +29,7 @@ import numpy
 
 import bench
 from bench import BenchRecord
-from consumers.events import EventDecoder
+from consumers.decoding.events import EventDecoder
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ restored model and the restored offsets always agree.
 Observers
 ---------
 Metrics live in the service; the engine only calls an :class:`EngineObserver` once per batch (not
-per event) and on checkpoints and lag updates. ``service.metrics`` implements the protocol.
+per event) and on checkpoints and lag updates. ``service.observability.metrics`` implements the protocol.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from consumers.checkpoint import CheckpointStore, SkippedCheckpoint
-from consumers.events import (
+from consumers.decoding.events import (
     REASON_CODES,
     DecodedBatch,
     EventDecoder,
     LabelLookup,
     SourceRecord,
 )
+from consumers.state.checkpoint import CheckpointStore, SkippedCheckpoint
 from learning import (
     PREDICTORS,
     BoundStatus,
@@ -273,7 +273,7 @@ class LoadedState:
 
 
 class EngineObserver(Protocol):
-    """Receives the engine's events; ``service.metrics`` implements it.
+    """Receives the engine's events; ``service.observability.metrics`` implements it.
 
     Every method is called on the consumer thread, once per batch or checkpoint (never per
     event), and must return quickly and never raise.
@@ -431,7 +431,7 @@ class Engine:
     Examples
     --------
     >>> from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
-    >>> from consumers.events import Record
+    >>> from consumers.decoding.events import Record
     >>> engine = Engine(Perceptron(LabelMap({"1": 1, "-1": -1}), encoder=DenseEncoder(1)),
     ...                 BoundTracker())
     >>> batch = engine.decoder.decode_batch([

@@ -8,7 +8,7 @@ Ordering of effects, which is what makes every event count exactly once:
 
 1. dead-letter records are acknowledged *before* their source offsets are applied; a failed
    dead-letter write cuts the batch at the first unwritten record and seeks back there;
-2. the model, counters and offsets are saved together, atomically (:mod:`consumers.checkpoint`);
+2. the model, counters and offsets are saved together, atomically (:mod:`consumers.state.checkpoint`);
 3. group offsets are committed only *after* the checkpoint is durable, and only for monitoring
    (asynchronously after periodic checkpoints, so the loop never waits for the coordinator;
    the final commit at shutdown waits):
@@ -55,10 +55,9 @@ from kafka import (
     TopicPartition,
 )
 
-from consumers.checkpoint import CheckpointStore
+from consumers.decoding.events import DecodedBatch, Rejection, SourceRecord
 from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
 from consumers.engine import Engine, IncompatibleCheckpointError, PartitionKey, offsets_text
-from consumers.events import DecodedBatch, Rejection, SourceRecord
 from consumers.faults import (
     ConsumerFault,
     FaultKind,
@@ -67,6 +66,7 @@ from consumers.faults import (
     classify,
     unknown_topic,
 )
+from consumers.state.checkpoint import CheckpointStore
 from consumers.transactions import Owner, TransactionError, TransactionSettings
 
 logger = logging.getLogger(__name__)

@@ -35,12 +35,12 @@ from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import MessageSizeTooLargeError
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from consumers.checkpoint import CheckpointStore
 from consumers.dlq import ProducerFuture
 from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
 from consumers.ownership import SingleOwnerAssignor
-from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
-from consumers.state_topic import (
+from consumers.state.checkpoint import CheckpointStore
+from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
+from consumers.state.topic import (
     STATE_RECORD_MAX_BYTES,
     encode_state_record,
     read_state_records,
@@ -66,7 +66,7 @@ ABORT_TIMEOUT_S = 5.0
 DEAD_LETTER_MAX_BYTES = 1_048_576
 """kafka-python's default ``max_request_size``: dead letters are bounded as a default producer
 bounds them (client side, before anything joins the transaction), while state records may be up
-to :data:`consumers.state_topic.STATE_RECORD_MAX_BYTES`."""
+to :data:`consumers.state.topic.STATE_RECORD_MAX_BYTES`."""
 STATE_TOPIC_REMEDY = (
     "a new model needs another [kafka] group_id or state_topic; the model settings must match "
     "the ones the state topic was written with"
@@ -88,7 +88,7 @@ class TransactionSettings:
     transaction_timeout_ms
         The broker aborts a transaction left open this long (above the checkpoint interval).
     max_record_bytes
-        A state record above this is split into chunks (:mod:`consumers.state_chunks`).
+        A state record above this is split into chunks (:mod:`consumers.state.chunks`).
     """
 
     state_topic: str
@@ -434,7 +434,7 @@ class Owner:
         ------
         IncompatibleCheckpointError
             When the state topic holds another model: this instance must not start.
-        consumers.state_topic.StateTopicUnavailableError
+        consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read now (it is read again on assignment).
         """
         candidate = state_topic_candidate(
@@ -465,7 +465,7 @@ class Owner:
         ------
         IncompatibleCheckpointError
             When the state topic holds another model.
-        consumers.state_topic.StateTopicUnavailableError
+        consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read.
         """
         from_topic = state_topic_candidate(

@@ -9,7 +9,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from consumers.state_topic import STATE_TOPIC_CONFIGS
+from consumers.state.topic import STATE_TOPIC_CONFIGS
 from service.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)

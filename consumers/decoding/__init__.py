@@ -1,4 +1,4 @@
-"""The decoding of event records, in parts; :mod:`consumers.events` is its public face.
+"""The decoding of event records, in parts; :mod:`consumers.decoding.events` is its public face.
 
 * :mod:`~consumers.decoding.wire` — field names, reason codes and limits of the wire format;
 * :mod:`~consumers.decoding.batch` — records, rejections and the decoded batch (dense or CSR);

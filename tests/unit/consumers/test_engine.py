@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.checkpoint import CheckpointStore
+from consumers.decoding.events import Record
 from consumers.engine import (
     BatchReport,
     CheckpointReport,
@@ -18,7 +18,7 @@ from consumers.engine import (
     OffsetError,
     PartitionProgress,
 )
-from consumers.events import Record
+from consumers.state.checkpoint import CheckpointStore
 from learning import (
     BoundTracker,
     DenseEncoder,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from consumers.events import (
+from consumers.decoding.events import (
     MAX_ID_LENGTH,
     MAX_NESTING_DEPTH,
     REASON_CODES,

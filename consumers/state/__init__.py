@@ -1,0 +1,1 @@
+"""The learner's state outside the process: checkpoint files and the state topic."""

@@ -1,0 +1,1 @@
+"""Metrics, the stats history of the dashboard and the logs."""
