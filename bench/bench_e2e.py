@@ -1,7 +1,7 @@
 """End to end through a broker: the service's consumer path against a bare kafka-python consumer.
 
-The broker is started by the service's own code (:func:`service.cli.broker.make_broker`) on loopback:
-Apache Kafka (KRaft, one node) unless ``BENCH_BROKER=tansu`` asks for the embedded Tansu
+The broker is started by the service's own code (:func:`service.cli.broker.make_broker`) on
+loopback: Apache Kafka (KRaft, one node) unless ``BENCH_BROKER=tansu`` asks for the embedded Tansu
 of ``novikoff demo``; or it is the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``. The record names
 which (``broker``, ``broker_kind``). One topic with one partition receives ``EVENTS`` synthetic
 events (:class:`service.cli.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in

@@ -10,8 +10,8 @@ those batches, in turns, best of ``REPEATS``:
 * the pipeline, per poll batch exactly as :class:`consumers.runner.ConsumerRunner` processes one:
   ``Engine.unapplied`` (exactly-once filter), ``EventDecoder.decode_batch`` (decode + validate),
   ``Engine.apply`` (predict with last / averaged / voted, count mistakes, learn, bound tracker,
-  new snapshot) and the engine's observer, the real :class:`service.observability.metrics.Metrics` on a fresh
-  ``CollectorRegistry``. The model is built from the service settings
+  new snapshot) and the engine's observer, the real :class:`service.observability.metrics.Metrics`
+  on a fresh ``CollectorRegistry``. The model is built from the service settings
   (:func:`service.model.build_learner`, :func:`service.model.build_tracker`) with the stream's
   reference separator as the bound reference, so it does what ``novikoff serve`` does.
 

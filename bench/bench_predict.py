@@ -1,8 +1,8 @@
 """``POST /predict`` over HTTP: the real service app against a plain FastAPI + pydantic handler.
 
 Both apps are served the same way, one after the other, on loopback by the service's own
-:class:`service.http.server.HttpServer` (uvicorn with uvloop and httptools, no access log, one worker:
-the way ``novikoff serve`` serves). Both hold the same model: a dense binary perceptron over
+:class:`service.http.server.HttpServer` (uvicorn with uvloop and httptools, no access log, one
+worker: the way ``novikoff serve`` serves). Both hold the same model: a dense binary perceptron over
 ``DIMENSION`` features, trained on a synthetic stream, predicting with the averaged weights.
 
 * Ours: :func:`service.http.app.create_app` on a real :class:`consumers.engine.Engine` and
@@ -317,7 +317,9 @@ def run(quick: bool = False) -> list[BenchRecord]:
     batched = best_of(batch_results)
     common = {
         "load_generator": f"{wrk_version()}; {WRK_THREADS} thread, separate process",
-        "server": "service.http.server.HttpServer: uvicorn + uvloop + httptools, 1 worker, loopback",
+        "server": (
+            "service.http.server.HttpServer: uvicorn + uvloop + httptools, 1 worker, loopback"
+        ),
         "dimension": DIMENSION,
         "predictor": settings.model.predictor,
         "duration_s": duration,

@@ -18,7 +18,8 @@ restored model and the restored offsets always agree.
 Observers
 ---------
 Metrics live in the service; the engine only calls an :class:`EngineObserver` once per batch (not
-per event) and on checkpoints and lag updates. ``service.observability.metrics`` implements the protocol.
+per event) and on checkpoints and lag updates. ``service.observability.metrics`` implements the
+protocol.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Ordering of effects, which is what makes every event count exactly once:
 
 1. dead-letter records are acknowledged *before* their source offsets are applied; a failed
    dead-letter write cuts the batch at the first unwritten record and seeks back there;
-2. the model, counters and offsets are saved together, atomically (:mod:`consumers.state.checkpoint`);
+2. the model, counters and offsets are saved together, atomically
+   (:mod:`consumers.state.checkpoint`);
 3. group offsets are committed only *after* the checkpoint is durable, and only for monitoring
    (asynchronously after periodic checkpoints, so the loop never waits for the coordinator;
    the final commit at shutdown waits):

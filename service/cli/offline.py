@@ -1,8 +1,8 @@
 """``novikoff fit``: offline epochs over a file with the service's own decoder and learner.
 
-Events are decoded by :class:`consumers.decoding.events.EventDecoder`, exactly as the consumer decodes
-them, and learned by the learner the settings describe; the first epoch over a file in stream
-order is therefore bit-identical to what the service learns from the same events.
+Events are decoded by :class:`consumers.decoding.events.EventDecoder`, exactly as the consumer
+decodes them, and learned by the learner the settings describe; the first epoch over a file in
+stream order is therefore bit-identical to what the service learns from the same events.
 """
 
 from __future__ import annotations

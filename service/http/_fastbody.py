@@ -3,10 +3,10 @@
 :func:`parse_dense_instances` reads ``{"instances": [{"features": [numbers]}, ...]}`` (with an
 optional ``"predictor": "name"`` before or after) in one numba pass straight into the feature
 matrix, without a Python object per number. It is built from the consumer's compiled JSON
-blocks (:mod:`consumers.decoding.fastjson`, exact number conversion included) and, like the consumer's
-event parser, accepts only a strict subset of valid requests and returns ``None`` for anything
-else, so the caller then takes the general path (orjson and per-instance checks), which gives
-the precise error for bad input. A body accepted here is one the general path accepts, with
+blocks (:mod:`consumers.decoding.fastjson`, exact number conversion included) and, like the
+consumer's event parser, accepts only a strict subset of valid requests and returns ``None`` for
+anything else, so the caller then takes the general path (orjson and per-instance checks), which
+gives the precise error for bad input. A body accepted here is one the general path accepts, with
 bit-identical values.
 
 Accepted here

@@ -1,9 +1,10 @@
 """The HTTP API: predictions, model, stats, health, readiness and metrics.
 
 ``create_app`` wires the routes to one engine (the model and its immutable snapshots), one
-consumer runner (readiness, lag) and one :class:`~service.observability.metrics.Metrics`. ``POST /predict`` is
-answered before FastAPI's routing and middleware (see :class:`NovikoffApp`); its route is still
-declared so that ``/docs`` documents it and so that any other method on it gets a 405 problem.
+consumer runner (readiness, lag) and one :class:`~service.observability.metrics.Metrics`.
+``POST /predict`` is answered before FastAPI's routing and middleware (see :class:`NovikoffApp`);
+its route is still declared so that ``/docs`` documents it and so that any other method on it gets
+a 405 problem.
 """
 
 from __future__ import annotations

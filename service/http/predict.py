@@ -2,13 +2,13 @@
 
 The request body is parsed by orjson and checked by hand (no pydantic on the hot path); features
 go through the consumer's :func:`~consumers.decoding.events.validate_features` (dense) or
-:func:`~consumers.decoding.events.validate_sparse_features` and the encoder's ``encode_sparse_batch``
-(object-valued features, which become a :class:`~learning.sparse.CSRBatch` as in the consumer,
-never a dense row), so HTTP refuses exactly what the consumer refuses, with the same codes, the
-per-event feature bound (``too_many_features``) included. A batch of dense instances is first
-read by a compiled reader straight into the feature matrix (:mod:`service.http._fastbody`, exact or
-silent); otherwise it is parsed by orjson, checked and converted in bulk, and only when the bulk
-check fails are rows inspected one by one to say which ones are wrong. Predictions read one
+:func:`~consumers.decoding.events.validate_sparse_features` and the encoder's
+``encode_sparse_batch`` (object-valued features, which become a :class:`~learning.sparse.CSRBatch`
+as in the consumer, never a dense row), so HTTP refuses exactly what the consumer refuses, with the
+same codes, the per-event feature bound (``too_many_features``) included. A batch of dense instances
+is first read by a compiled reader straight into the feature matrix (:mod:`service.http._fastbody`,
+exact or silent); otherwise it is parsed by orjson, checked and converted in bulk, and only when the
+bulk check fails are rows inspected one by one to say which ones are wrong. Predictions read one
 immutable model snapshot per request.
 """
 

@@ -1,11 +1,11 @@
 """Every Prometheus metric of novikoff, built on a registry passed in (never the global one).
 
 The learning metrics (events, mistakes, bounds, lag, weight norms) are read from the current model
-snapshot at scrape time by :class:`~service.observability.snapshot_collector.SnapshotCollector`, so ``/metrics``
-and ``/stats`` show the same numbers by construction. The ones this process observes itself (batch
-and request timings, checkpoints, consumer errors, refused tokens, readiness) are instrumented
-here. Labels carry only a few values each: a reference name, a predictor, a reason code, a
-partition, a route. No label ever carries an event id, a record key or an offset.
+snapshot at scrape time by :class:`~service.observability.snapshot_collector.SnapshotCollector`, so
+``/metrics`` and ``/stats`` show the same numbers by construction. The ones this process observes
+itself (batch and request timings, checkpoints, consumer errors, refused tokens, readiness) are
+instrumented here. Labels carry only a few values each: a reference name, a predictor, a reason
+code, a partition, a route. No label ever carries an event id, a record key or an offset.
 """
 
 from __future__ import annotations

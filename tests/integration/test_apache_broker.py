@@ -1,5 +1,5 @@
-"""The Apache Kafka broker the suite runs on (:class:`service.cli.broker.ApacheKafkaBroker`): no topic
-is created by a metadata request, a SIGKILL then a restart on the same port and data directory
+"""The Apache Kafka broker the suite runs on (:class:`service.cli.broker.ApacheKafkaBroker`): no
+topic is created by a metadata request, a SIGKILL then a restart on the same port and data directory
 gives back every topic, record and committed offset, and clients can reach it through a proxy
 whose port it advertises."""
 

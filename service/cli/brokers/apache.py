@@ -1,9 +1,10 @@
 """An Apache Kafka broker (KRaft combined mode, one node) on free loopback ports.
 
-The jars come from the cache ``scripts/kafka-deps.sh`` fills (:mod:`service.cli.brokers.distribution`).
-Its data directory holds the generated ``server.properties``, the KRaft log directory and the
-controller port; a restart on the same directory and port gives back every topic, record and
-committed offset, also after :meth:`ApacheKafkaBroker.kill`.
+The jars come from the cache ``scripts/kafka-deps.sh`` fills
+(:mod:`service.cli.brokers.distribution`). Its data directory holds the generated
+``server.properties``, the KRaft log directory and the controller port; a restart on the same
+directory and port gives back every topic, record and committed offset, also after
+:meth:`ApacheKafkaBroker.kill`.
 """
 
 from __future__ import annotations

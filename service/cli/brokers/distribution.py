@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 KAFKA_DIR = REPO_ROOT / "kafka-broker"
 POM_PATH = KAFKA_DIR / "pom.xml"
 LOG_CONFIG_PATH = KAFKA_DIR / "log4j2.properties"
