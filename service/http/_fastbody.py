@@ -37,13 +37,13 @@ from consumers.decoding.fastjson import (
     OPEN_BRACE,
     OPEN_BRACKET,
     QUOTE,
-    kernel,
     matches,
     plain_string_end,
     powers_of_five,
     read_number_array,
     skip_space,
 )
+from learning.jit import jit_no_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _MIN_INSTANCE_BYTES = 14
 _BYTES_PER_NUMBER = 2
 
 
-@kernel
+@jit_no_runtime
 def _key(data: Any, position: int, end: int, word: Any) -> int:  # pragma: no cover - compiled
     """Position after ``"word"`` and its colon (and spaces) at ``position``, else -1."""
     if position >= end or data[position] != QUOTE:
@@ -72,7 +72,7 @@ def _key(data: Any, position: int, end: int, word: Any) -> int:  # pragma: no co
     return skip_space(data, position + 1, end)
 
 
-@kernel
+@jit_no_runtime
 def _instance(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     position: int,
@@ -99,7 +99,7 @@ def _instance(  # noqa: PLR0917 - numba kernels take positional arrays
     return position + 1
 
 
-@kernel
+@jit_no_runtime
 def _instances(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     position: int,
@@ -132,7 +132,7 @@ def _instances(  # noqa: PLR0917 - numba kernels take positional arrays
         return -1, 0
 
 
-@kernel
+@jit_no_runtime
 def _parse_body(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     X: Any,
