@@ -15,6 +15,11 @@ Modules
 -------
 engine
     Learner + bound tracker + counters + partition offsets; immutable snapshots for readers.
+reports
+    What the engine publishes: the snapshot, per-partition progress, batch / checkpoint / restore
+    reports, and the observer protocol.
+partitions
+    The engine's ledger of each partition (applied offset ranges, counts) and its checkpoint form.
 runner
     The kafka-python consumer loop (group, rebalances, checkpoints, commits, reconnects).
 transactions

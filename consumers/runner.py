@@ -58,7 +58,7 @@ from kafka import (
 
 from consumers.decoding.events import DecodedBatch, Rejection, SourceRecord
 from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
-from consumers.engine import Engine, IncompatibleCheckpointError, PartitionKey, offsets_text
+from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.faults import (
     ConsumerFault,
     FaultKind,
@@ -67,6 +67,8 @@ from consumers.faults import (
     classify,
     unknown_topic,
 )
+from consumers.partitions import offsets_text
+from consumers.reports import PartitionKey
 from consumers.state.checkpoint import CheckpointStore
 from consumers.transactions import Owner, TransactionError, TransactionSettings
 

@@ -36,8 +36,10 @@ from kafka.errors import MessageSizeTooLargeError
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from consumers.dlq import ProducerFuture
-from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
+from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.ownership import SingleOwnerAssignor
+from consumers.partitions import LoadedState
+from consumers.reports import RestoreReport
 from consumers.state.checkpoint import CheckpointStore
 from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
 from consumers.state.topic import (

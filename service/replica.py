@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 from kafka import KafkaConsumer
 
-from consumers.engine import Engine, EngineSnapshot
+from consumers.engine import Engine
 from consumers.faults import ConsumerFault
+from consumers.reports import EngineSnapshot
 from consumers.state.follower import FollowerConsumer, StateFollower
 from consumers.state.topic import state_key
 from learning.encoders import Encoder

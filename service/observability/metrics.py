@@ -20,8 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
 from consumers.faults import FAULT_KINDS, ConsumerFault
+from consumers.reports import BatchReport, CheckpointReport, PartitionProgress
 from service.observability.snapshot_collector import Snapshot, SnapshotCollector
 
 logger = logging.getLogger(__name__)

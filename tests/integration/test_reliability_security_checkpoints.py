@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from consumers.decoding.events import Record
-from consumers.engine import Engine, RestoreReport
+from consumers.engine import Engine
+from consumers.reports import RestoreReport
 from consumers.state.checkpoint import CheckpointError, CheckpointStore, frame
 from learning.state import DIGEST_SIZE, PREAMBLE
 from service.model import build_learner, build_tracker

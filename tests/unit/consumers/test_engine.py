@@ -10,14 +10,8 @@ import orjson
 import pytest
 
 from consumers.decoding.events import Record
-from consumers.engine import (
-    BatchReport,
-    CheckpointReport,
-    Engine,
-    IncompatibleCheckpointError,
-    OffsetError,
-    PartitionProgress,
-)
+from consumers.engine import Engine, IncompatibleCheckpointError, OffsetError
+from consumers.reports import BatchReport, CheckpointReport, PartitionProgress
 from consumers.state.checkpoint import CheckpointStore
 from learning import (
     BoundTracker,
