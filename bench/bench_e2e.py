@@ -41,7 +41,8 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 
 from bench import BenchRecord, ResultMismatchError
-from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
+from consumers.kafka_clients import RunnerSettings, kafka_consumer
+from consumers.runner import ConsumerRunner
 from consumers.state.checkpoint import CheckpointStore
 from service.assembly import build_service, runner_settings
 from service.cli.broker import BROKER_KINDS, BrokerKind, make_broker

@@ -22,6 +22,8 @@ partitions
     The engine's ledger of each partition (applied offset ranges, counts) and its checkpoint form.
 runner
     The kafka-python consumer loop (group, rebalances, checkpoints, commits, reconnects).
+kafka_clients
+    How the loop talks to Kafka: its settings, the consumer protocol, the real clients.
 transactions
     Exactly once: the owner's transactional producer, restore on assignment, commit per checkpoint.
 ownership

@@ -20,7 +20,8 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from consumers.engine import Engine, IncompatibleCheckpointError
-from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.kafka_clients import RunnerSettings
+from consumers.runner import ConsumerRunner
 from consumers.state.checkpoint import CheckpointStore
 from consumers.transactions import TransactionSettings, transaction_timeout_ms
 from service.http.app import create_app

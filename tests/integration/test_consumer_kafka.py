@@ -18,7 +18,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from consumers.engine import Engine
-from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.kafka_clients import RunnerSettings
+from consumers.runner import ConsumerRunner
 from consumers.state.checkpoint import CheckpointStore
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron, Reference
 from service.settings import load_settings
