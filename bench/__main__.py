@@ -1,6 +1,8 @@
 """Run every benchmark module, print a table and write ``bench/results.json``.
 
-Usage: ``python -m bench [--quick] [--only SUBSTRING] [--output PATH]``.
+Usage: ``python -m bench [--quick] [--only SUBSTRING] [--output PATH]``; with
+``BENCH_JSON_READER=off`` the event decoder's compiled tier is switched off (orjson and precise
+tiers only), to measure what the compiled JSON reader gives.
 
 Exits 1 when a ratio misses its bar or a benchmark module fails, which includes a correctness
 check inside a benchmark (:class:`bench.ResultMismatchError`: the measured code computed the
@@ -27,10 +29,13 @@ import numpy
 
 import bench
 from bench import BenchRecord
+from consumers.decoding.events import EventDecoder
 
 logger = logging.getLogger(__name__)
 
 MODULE_PREFIX = "bench_"
+JSON_READER_ENV_VAR = "BENCH_JSON_READER"
+"""``off`` runs every benchmark with the event decoder's compiled tier switched off."""
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.json"
 
 
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    reader = os.environ.get(JSON_READER_ENV_VAR, "on").strip()
+    EventDecoder.compiled_tier = reader != "off"
     records: list[BenchRecord] = []
     failures: list[str] = []
     for name in discover():
@@ -108,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "results": [record.as_dict() for record in records],
         "failed_modules": failures,
+        "json_reader_compiled_tier": EventDecoder.compiled_tier,
     }
     args.output.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"\nwrote {args.output}", file=sys.stderr)

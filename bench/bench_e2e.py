@@ -1,10 +1,10 @@
 """End to end through a broker: the service's consumer path against a bare kafka-python consumer.
 
-The broker is started by the service's own code (:func:`service.broker.make_broker`) on loopback:
-Apache Kafka (KRaft, one node) unless ``BENCH_BROKER=tansu`` asks for the embedded Tansu
+The broker is started by the service's own code (:func:`service.cli.broker.make_broker`) on
+loopback: Apache Kafka (KRaft, one node) unless ``BENCH_BROKER=tansu`` asks for the embedded Tansu
 of ``novikoff demo``; or it is the cluster named by ``KAFKA_BOOTSTRAP_SERVERS``. The record names
 which (``broker``, ``broker_kind``). One topic with one partition receives ``EVENTS`` synthetic
-events (:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in
+events (:class:`service.cli.synthetic.SyntheticStream`, d = ``DIMENSION``, 5% label noise). Then, in
 turns, ``ROUNDS`` times each, with a fresh consumer group every time:
 
 * the reference: a bare ``KafkaConsumer`` with the service's consumer settings
@@ -41,13 +41,14 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 
 from bench import BenchRecord, ResultMismatchError
-from consumers.checkpoint import CheckpointStore
-from consumers.runner import ConsumerRunner, RunnerSettings, kafka_consumer
+from consumers.kafka_clients import RunnerSettings, kafka_consumer
+from consumers.runner import ConsumerRunner
+from consumers.state.checkpoint import CheckpointStore
 from service.assembly import build_service, runner_settings
-from service.broker import BROKER_KINDS, BrokerKind, make_broker
-from service.demo import TANSU_TRANSACTIONS
+from service.cli.broker import BROKER_KINDS, BrokerKind, make_broker
+from service.cli.demo import TANSU_TRANSACTIONS
+from service.cli.synthetic import SyntheticStream
 from service.settings import BOOTSTRAP_ENV_VAR, Settings, load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_state_topic, ensure_topics
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 One broker (as in :mod:`bench.bench_e2e`: Apache Kafka by default, ``BENCH_BROKER``, or the cluster
 ``KAFKA_BOOTSTRAP_SERVERS`` names). For n = 1 and n = 2 in turns, ``ROUNDS`` times each, a fresh
 topic of ``PARTITIONS`` partitions receives the same ``EVENTS`` synthetic events
-(:class:`service.synthetic.SyntheticStream`, d = ``DIMENSION``, dealt evenly to the partitions)
+(:class:`service.cli.synthetic.SyntheticStream`, d = ``DIMENSION``, dealt evenly to the partitions)
 and n ``novikoff serve`` learner processes of a fresh group in mixing mode (``[mixing]
 round_events = ROUND_EVENTS``, default settings otherwise) learn all of it.
 
@@ -36,9 +36,9 @@ from kafka import KafkaProducer
 
 from bench import BenchRecord, ResultMismatchError
 from bench.bench_e2e import broker
-from service.brokers.net import free_port, terminate_process
+from service.cli.brokers.net import free_port, terminate_process
+from service.cli.synthetic import SyntheticStream
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 
 logger = logging.getLogger(__name__)

@@ -1,12 +1,12 @@
 """``POST /predict`` over HTTP: the real service app against a plain FastAPI + pydantic handler.
 
 Both apps are served the same way, one after the other, on loopback by the service's own
-:class:`service.server.HttpServer` (uvicorn with uvloop and httptools, no access log, one worker:
-the way ``novikoff serve`` serves). Both hold the same model: a dense binary perceptron over
+:class:`service.http.server.HttpServer` (uvicorn with uvloop and httptools, no access log, one
+worker: the way ``novikoff serve`` serves). Both hold the same model: a dense binary perceptron over
 ``DIMENSION`` features, trained on a synthetic stream, predicting with the averaged weights.
 
-* Ours: :func:`service.app.create_app` on a real :class:`consumers.engine.Engine` and
-  :class:`service.metrics.Metrics` (a fresh registry; every request is timed into it).
+* Ours: :func:`service.http.app.create_app` on a real :class:`consumers.engine.Engine` and
+  :class:`service.observability.metrics.Metrics` (a fresh registry; every request is timed into it).
 * The baseline: the FastAPI idiom: a pydantic request model (``features: list[float]``), an
   ``async def`` handler computing ``w · x̃`` with numpy, a pydantic response model
   (``label``, ``score``, ``model_version``).
@@ -49,14 +49,14 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from bench import BenchRecord, ResultMismatchError
+from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.events import Record
-from service.app import create_app
-from service.metrics import Metrics
+from service.cli.synthetic import SyntheticStream
+from service.http.app import create_app
+from service.http.server import HttpServer
 from service.model import build_learner, build_tracker
-from service.server import HttpServer
+from service.observability.metrics import Metrics
 from service.settings import Settings, load_settings
-from service.synthetic import SyntheticStream
 
 logger = logging.getLogger(__name__)
 
@@ -317,7 +317,9 @@ def run(quick: bool = False) -> list[BenchRecord]:
     batched = best_of(batch_results)
     common = {
         "load_generator": f"{wrk_version()}; {WRK_THREADS} thread, separate process",
-        "server": "service.server.HttpServer: uvicorn + uvloop + httptools, 1 worker, loopback",
+        "server": (
+            "service.http.server.HttpServer: uvicorn + uvloop + httptools, 1 worker, loopback"
+        ),
         "dimension": DIMENSION,
         "predictor": settings.model.predictor,
         "duration_s": duration,

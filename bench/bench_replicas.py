@@ -54,10 +54,10 @@ from bench.bench_predict import (
     wrk_binary,
     wrk_version,
 )
-from consumers.state_topic import encode_state_record, state_key
-from service.broker import free_port, terminate_process
+from consumers.state.topic import encode_state_record, state_key
+from service.cli.broker import free_port, terminate_process
+from service.cli.synthetic import SyntheticStream
 from service.settings import Settings, load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_state_topic
 
 logger = logging.getLogger(__name__)

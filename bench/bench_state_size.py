@@ -10,7 +10,7 @@ Three service models learn ``EVENTS`` seeded events each, as ``novikoff serve`` 
 
 Each record is the state record's size in bytes (``encode_state_record(checkpoint_bytes())``)
 against Kafka's default ``message.max.bytes`` (a fixed limit, not a measurement; no bar: a
-record above it is split by the writer, :mod:`consumers.state_chunks`). The details give the
+record above it is split by the writer, :mod:`consumers.state.chunks`). The details give the
 number of records it is written as at the default ``[kafka] state_record_max_bytes``, and its
 gzip size (the producer's compression would not bring the larger ones under the limit).
 """
@@ -25,13 +25,13 @@ import numpy as np
 import orjson
 
 from bench import BenchRecord
+from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.events import Record
-from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
-from consumers.state_topic import encode_state_record, state_key
+from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
+from consumers.state.topic import encode_state_record, state_key
+from service.cli.synthetic import SyntheticStream
 from service.model import build_learner, build_tracker
 from service.settings import Settings, load_settings
-from service.synthetic import SyntheticStream
 
 logger = logging.getLogger(__name__)
 

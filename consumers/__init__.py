@@ -1,24 +1,35 @@
 """Kafka ingestion: decode and validate events, dead-letter the bad ones, apply the good ones to the
 learner exactly once, and checkpoint everything atomically.
 
+Subpackages
+-----------
+decoding
+    Record bytes to rows: :mod:`consumers.decoding.events` (the decoder and every public name of
+    the wire format), its parts, the compiled JSON reader (:mod:`consumers.decoding.fastjson`),
+    the byte scans (:mod:`consumers.decoding.scan`) and the ``ts`` checks.
+state
+    The learner's state outside the process: the atomic checkpoint store, the state topic's
+    records (split into chunks when large) and the replicas' follower of that topic.
+
 Modules
 -------
-events
-    Record decoding and validation (fast vectorised path, precise per-record diagnosis).
-fastjson
-    The compiled JSON blocks of the decoder's fast tier, for other exact-or-silent readers.
-dlq
-    The dead-letter writer.
-checkpoint
-    The atomic, checksummed checkpoint store.
-state_topic
-    The state topic's records (key and checkpoint-framed value) and their reader.
-ownership
-    The single-owner partition assignor (one member of a group learns every partition).
-transactions
-    Exactly once: the owner's transactional producer, restore on assignment, commit per checkpoint.
 engine
     Learner + bound tracker + counters + partition offsets; immutable snapshots for readers.
+reports
+    What the engine publishes: the snapshot, per-partition progress, batch / checkpoint / restore
+    reports, and the observer protocol.
+partitions
+    The engine's ledger of each partition (applied offset ranges, counts) and its checkpoint form.
 runner
     The kafka-python consumer loop (group, rebalances, checkpoints, commits, reconnects).
+kafka_clients
+    How the loop talks to Kafka: its settings, the consumer protocol, the real clients.
+transactions
+    Exactly once: the owner's transactional producer, restore on assignment, commit per checkpoint.
+ownership
+    The single-owner partition assignor (one member of a group learns every partition).
+dlq
+    The dead-letter writer.
+faults
+    Consumer errors by kind: which ones retrying fixes, what an operator does about the others.
 """

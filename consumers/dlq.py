@@ -4,7 +4,7 @@ A dead-letter record keeps the original key and value (byte for byte) and the or
 (except any ``novikoff.*`` ones, which are replaced), and adds:
 
 ``novikoff.reason``
-    The reason code (see :data:`consumers.events.REASON_CODES`).
+    The reason code (see :data:`consumers.decoding.events.REASON_CODES`).
 ``novikoff.message``
     What is wrong, for a person.
 ``novikoff.topic``, ``novikoff.partition``, ``novikoff.offset``
@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from consumers.events import Rejection
+from consumers.decoding.events import Rejection
 
 logger = logging.getLogger(__name__)
 

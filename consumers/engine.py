@@ -18,7 +18,8 @@ restored model and the restored offsets always agree.
 Observers
 ---------
 Metrics live in the service; the engine only calls an :class:`EngineObserver` once per batch (not
-per event) and on checkpoints and lag updates. ``service.metrics`` implements the protocol.
+per event) and on checkpoints and lag updates. ``service.observability.metrics`` implements the
+protocol.
 """
 
 from __future__ import annotations
@@ -28,30 +29,36 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import numpy as np
 
-from consumers.checkpoint import CheckpointStore, SkippedCheckpoint
-from consumers.events import (
-    REASON_CODES,
-    DecodedBatch,
-    EventDecoder,
-    LabelLookup,
-    SourceRecord,
+from consumers.decoding.events import DecodedBatch, EventDecoder, LabelLookup, SourceRecord
+from consumers.partitions import (
+    STATE_FORMAT,
+    LoadedState,
+    _Partition,
+    _partitions_from,
+    offsets_text,
 )
+from consumers.reports import (
+    BatchReport,
+    CheckpointReport,
+    EngineObserver,
+    EngineSnapshot,
+    NullObserver,
+    PartitionKey,
+    PartitionProgress,
+    RestoreReport,
+)
+from consumers.state.checkpoint import CheckpointStore, SkippedCheckpoint
 from learning import (
-    PREDICTORS,
-    BoundStatus,
     BoundTracker,
     Encoder,
     LinearLearner,
-    MarginEstimate,
     MulticlassPerceptron,
     Perceptron,
-    Predictor,
     StateError,
     dump_state,
     load_state,
@@ -59,14 +66,12 @@ from learning import (
 
 logger = logging.getLogger(__name__)
 
-STATE_FORMAT = 1
 RATE_WINDOW_SECONDS = 10.0
 MAX_RATE_POINTS = 256
 MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
 CHECKPOINT_REMEDY = "move the checkpoint directory away to start a new model"
 
-PartitionKey = tuple[str, int]
 _Record = TypeVar("_Record", bound=SourceRecord)
 
 
@@ -76,314 +81,6 @@ class OffsetError(RuntimeError):
 
 class IncompatibleCheckpointError(RuntimeError):
     """A checkpoint holds a model of another shape or kind than the configured one."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionProgress:
-    """What has been applied from one partition.
-
-    ``applied`` lists half-open offset ranges ``[start, stop)`` of records applied (learned or
-    dead-lettered); a single range means no gap. ``highwater`` and ``lag`` come from the consumer
-    (``None`` until it has fetched from the partition).
-    """
-
-    topic: str
-    partition: int
-    next_offset: int
-    applied: tuple[tuple[int, int], ...]
-    learned: int
-    rejected: int
-    highwater: int | None = None
-
-    @property
-    def lag(self) -> int | None:
-        """Records in the partition not applied yet."""
-        if self.highwater is None:
-            return None
-        return max(0, self.highwater - self.next_offset)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The ``/stats`` form."""
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "next_offset": self.next_offset,
-            "highwater": self.highwater,
-            "lag": self.lag,
-            "learned": self.learned,
-            "rejected": self.rejected,
-            "applied": [list(pair) for pair in self.applied],
-        }
-
-
-@dataclass(frozen=True)
-class EngineSnapshot:
-    """Everything readers need, frozen at the end of one batch.
-
-    Attributes
-    ----------
-    predictor
-        The learner's immutable prediction snapshot.
-    seen, mistakes
-        Events learned and perceptron updates.
-    prequential
-        Prequential mistakes of each tracked predictor.
-    bounds
-        The bound of each reference separator.
-    radius
-        R: the largest norm of an augmented vector so far.
-    margin_estimate
-        Diagnostic margin over a recent window (not a certificate).
-    invalid
-        Rejected records by reason code.
-    partitions
-        Progress per partition, sorted by (topic, partition).
-    events_per_second
-        Learning rate over the last few seconds.
-    taken_at
-        ``time.time()`` when the snapshot was taken.
-    """
-
-    predictor: Predictor
-    seen: int
-    mistakes: int
-    prequential: Mapping[str, int]
-    bounds: tuple[BoundStatus, ...]
-    radius: float
-    margin_estimate: MarginEstimate
-    invalid: Mapping[str, int]
-    partitions: tuple[PartitionProgress, ...]
-    events_per_second: float
-    taken_at: float
-    description: Mapping[str, Any] = field(repr=False)
-    voted: Mapping[str, int] = field(default_factory=dict)
-    mixing: Mapping[str, Any] | None = None
-    """Mixing mode only (:mod:`consumers.mixing`): the ``/stats`` ``mixing`` section."""
-    mixed_round: int | None = None
-    """Mixing mode only: the round of the mixed model served."""
-
-    @property
-    def model_version(self) -> int:
-        """Increments with every update of the weights (in mixing mode: the mixed round)."""
-        return self.predictor.version if self.mixed_round is None else self.mixed_round
-
-    @property
-    def lag(self) -> int:
-        """Total lag over partitions with a known highwater."""
-        return sum(p.lag or 0 for p in self.partitions)
-
-    @cached_property
-    def stats(self) -> dict[str, Any]:
-        """The ``/stats`` document (docs/DESIGN.md) without ``ready``, which the service adds."""
-        prequential = {name: self.prequential.get(name) for name in PREDICTORS}
-        return {
-            "seen": self.seen,
-            "mistakes": self.mistakes,
-            "prequential_mistakes": prequential,
-            "radius": self.radius,
-            "bounds": [_bound_dict(status) for status in self.bounds],
-            "margin_estimate": self.margin_estimate.as_dict(),
-            "invalid": dict(self.invalid),
-            "partitions": [p.as_dict() for p in self.partitions],
-            "lag": self.lag,
-            "model_version": self.model_version,
-            "events_per_second": self.events_per_second,
-            **({} if self.mixing is None else {"mixing": dict(self.mixing)}),
-        }
-
-    @cached_property
-    def model(self) -> dict[str, Any]:
-        """The ``/model`` document: description, counters and weights of each predictor."""
-        predictor = self.predictor
-        return {
-            **self.description,
-            "model_version": self.model_version,
-            "counters": {
-                "seen": self.seen,
-                "mistakes": self.mistakes,
-                "prequential_mistakes": dict(self.prequential),
-            },
-            "weights": {
-                "last": np.asarray(predictor.weights).tolist(),
-                "averaged": np.asarray(predictor.averaged_weights).tolist(),
-            },
-            "voted": dict(self.voted),
-        }
-
-
-def _bound_dict(status: BoundStatus) -> dict[str, Any]:
-    return {
-        "name": status.name,
-        "gamma": status.gamma,
-        "k": status.k,
-        "bound": status.bound,
-        "novikoff": status.novikoff,
-        "min_margin": status.min_margin,
-        "violated": status.violated,
-        "mistakes": status.mistakes,
-        "radius": status.radius,
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class BatchReport:
-    """What one :meth:`Engine.apply` did (handed to the observer)."""
-
-    records: int
-    learned: int
-    rejected: int
-    mistakes: int
-    seconds: float
-    rejected_by_reason: Mapping[str, int]
-    snapshot: EngineSnapshot
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointReport:
-    """The outcome of one checkpoint attempt (handed to the observer)."""
-
-    ok: bool
-    seconds: float
-    size_bytes: int
-    sequence: int | None
-    offsets: Mapping[PartitionKey, int] = field(default_factory=dict)
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreReport:
-    """What :meth:`Engine.restore` loaded, and what it skipped."""
-
-    restored: bool
-    path: str | None
-    sequence: int | None
-    skipped: tuple[SkippedCheckpoint, ...]
-    seen: int
-    partitions: int
-
-
-@dataclass(frozen=True)
-class LoadedState:
-    """A verified state payload, loaded and checked against the engine's model, not installed."""
-
-    learner: LinearLearner
-    tracker: BoundTracker
-    partitions: dict[PartitionKey, _Partition]
-    invalid: dict[str, int]
-
-    @property
-    def applied(self) -> int:
-        """Records this state has applied (learned + rejected): it only grows along a history."""
-        return self.learner.n_seen + sum(self.invalid.values())
-
-
-class EngineObserver(Protocol):
-    """Receives the engine's events; ``service.metrics`` implements it.
-
-    Every method is called on the consumer thread, once per batch or checkpoint (never per
-    event), and must return quickly and never raise.
-    """
-
-    def on_batch(self, report: BatchReport) -> None:
-        """A batch was applied; ``report.snapshot`` is the new snapshot."""
-
-    def on_rejected(self, reason: str, count: int) -> None:
-        """``count`` records of the last batch were dead-lettered for ``reason``."""
-
-    def on_checkpoint(self, report: CheckpointReport) -> None:
-        """A checkpoint was attempted."""
-
-    def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
-        """Highwater marks (and so lag) changed."""
-
-
-class NullObserver:
-    """An observer that ignores everything."""
-
-    def on_batch(self, report: BatchReport) -> None:
-        """Ignore."""
-
-    def on_rejected(self, reason: str, count: int) -> None:
-        """Ignore."""
-
-    def on_checkpoint(self, report: CheckpointReport) -> None:
-        """Ignore."""
-
-    def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
-        """Ignore."""
-
-
-class _Partition:
-    """Mutable progress of one partition (engine-internal)."""
-
-    __slots__ = ("applied", "highwater", "learned", "next_offset", "rejected")
-
-    def __init__(self, next_offset: int) -> None:
-        self.next_offset = next_offset
-        self.applied: list[list[int]] = []
-        self.learned = 0
-        self.rejected = 0
-        self.highwater: int | None = None
-
-    def record(self, first: int, last: int, learned: int, rejected: int) -> None:
-        if self.applied and self.applied[-1][1] == first:
-            self.applied[-1][1] = last + 1
-        else:
-            self.applied.append([first, last + 1])
-        self.next_offset = last + 1
-        self.learned += learned
-        self.rejected += rejected
-
-    def frozen(self, key: PartitionKey) -> PartitionProgress:
-        return PartitionProgress(
-            topic=key[0],
-            partition=key[1],
-            next_offset=self.next_offset,
-            applied=tuple((start, stop) for start, stop in self.applied),
-            learned=self.learned,
-            rejected=self.rejected,
-            highwater=self.highwater,
-        )
-
-    def to_state(self, key: PartitionKey) -> dict[str, Any]:
-        return {
-            "topic": key[0],
-            "partition": key[1],
-            "next_offset": self.next_offset,
-            "applied": [list(pair) for pair in self.applied],
-            "learned": self.learned,
-            "rejected": self.rejected,
-        }
-
-    @classmethod
-    def from_state(cls, data: Mapping[str, Any]) -> tuple[PartitionKey, _Partition]:
-        partition = cls(int(data["next_offset"]))
-        partition.applied = [[int(start), int(stop)] for start, stop in data["applied"]]
-        partition.learned = int(data["learned"])
-        partition.rejected = int(data["rejected"])
-        key = (str(data["topic"]), int(data["partition"]))
-        problem = partition._inconsistency(key)
-        if problem:
-            raise ValueError(f"partition {key[0]}/{key[1]} in the checkpoint: {problem}")
-        return key, partition
-
-    def _inconsistency(self, key: PartitionKey) -> str | None:
-        """What no run of the engine can produce (a hand-made or damaged state), if anything."""
-        if not key[0] or key[1] < 0 or self.next_offset < 0:
-            return "negative or empty coordinates"
-        if self.learned < 0 or self.rejected < 0:
-            return "negative counts"
-        previous_stop = 0
-        for start, stop in self.applied:
-            if not previous_stop <= start < stop:
-                return f"applied ranges {self.applied} are not ascending and disjoint"
-            previous_stop = stop
-        if self.applied and previous_stop != self.next_offset:
-            return f"next offset {self.next_offset} is not the end of the applied ranges"
-        span = sum(stop - start for start, stop in self.applied)
-        if self.learned + self.rejected != span:
-            return f"{self.learned} learned + {self.rejected} rejected != {span} applied offsets"
-        return None
 
 
 def _labels_of(learner: LinearLearner) -> LabelLookup:
@@ -436,7 +133,7 @@ class Engine:
     Examples
     --------
     >>> from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
-    >>> from consumers.events import Record
+    >>> from consumers.decoding.events import Record
     >>> engine = Engine(Perceptron(LabelMap({"1": 1, "-1": -1}), encoder=DenseEncoder(1)),
     ...                 BoundTracker())
     >>> batch = engine.decoder.decode_batch([
@@ -899,28 +596,3 @@ def _call(method: Callable[..., None], *args: Any) -> None:
         method(*args)
     except Exception:
         logger.exception("engine observer %s failed", getattr(method, "__qualname__", method))
-
-
-def _partitions_from(
-    extra: Mapping[str, Any],
-) -> tuple[dict[PartitionKey, _Partition], dict[str, int]]:
-    if extra.get("format") != STATE_FORMAT:
-        raise ValueError(
-            f"checkpoint extra has format {extra.get('format')!r}, expected {STATE_FORMAT}"
-        )
-    partitions: dict[PartitionKey, _Partition] = {}
-    for item in extra["partitions"]:
-        key, state = _Partition.from_state(item)
-        if key in partitions:
-            raise ValueError(f"partition {key[0]}/{key[1]} appears twice in the checkpoint")
-        partitions[key] = state
-    invalid = {str(reason): int(count) for reason, count in dict(extra["invalid"]).items()}
-    wrong = {r: c for r, c in invalid.items() if r not in REASON_CODES or c < 0}
-    if wrong:
-        raise ValueError(f"checkpoint counts unknown reasons or negative counts: {wrong}"[:300])
-    return partitions, invalid
-
-
-def offsets_text(offsets: Iterable[tuple[PartitionKey, int]]) -> str:
-    """``topic/partition@offset`` list for logs."""
-    return ", ".join(f"{t}/{p}@{o}" for (t, p), o in sorted(offsets))

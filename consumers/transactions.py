@@ -24,7 +24,7 @@ Restoring
     as many records (:func:`restore_newest`). Work applied but not committed is discarded with it.
 
 Warm standby
-    Every member follows its state record (:class:`~consumers.state_follower.StateFollower`,
+    Every member follows its state record (:class:`~consumers.state.follower.StateFollower`,
     ``read_committed``) while it stands by, so a takeover has the newest state in memory. It is
     used only once the follower has confirmed, by an end-of-log check begun after the new owner
     fenced its predecessors, that no newer record is committed; otherwise (or when it does not
@@ -43,13 +43,15 @@ from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import MessageSizeTooLargeError
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from consumers.checkpoint import CheckpointStore
 from consumers.dlq import ProducerFuture
-from consumers.engine import Engine, IncompatibleCheckpointError, LoadedState, RestoreReport
+from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.ownership import SingleOwnerAssignor
-from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
-from consumers.state_follower import FollowerConsumer, StateFollower
-from consumers.state_topic import (
+from consumers.partitions import LoadedState
+from consumers.reports import RestoreReport
+from consumers.state.checkpoint import CheckpointStore
+from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
+from consumers.state.follower import FollowerConsumer, StateFollower
+from consumers.state.topic import (
     STATE_RECORD_MAX_BYTES,
     encode_state_record,
     read_state_records,
@@ -75,7 +77,7 @@ ABORT_TIMEOUT_S = 5.0
 DEAD_LETTER_MAX_BYTES = 1_048_576
 """kafka-python's default ``max_request_size``: dead letters are bounded as a default producer
 bounds them (client side, before anything joins the transaction), while state records may be up
-to :data:`consumers.state_topic.STATE_RECORD_MAX_BYTES`."""
+to :data:`consumers.state.topic.STATE_RECORD_MAX_BYTES`."""
 WARM_POLL_TIMEOUT_MS = 50
 """The warm follower's poll wait: a requested end-of-log check starts at most this late."""
 WARM_FETCH_MAX_WAIT_MS = 50
@@ -107,7 +109,7 @@ class TransactionSettings:
     transaction_timeout_ms
         The broker aborts a transaction left open this long (above the checkpoint interval).
     max_record_bytes
-        A state record above this is split into chunks (:mod:`consumers.state_chunks`).
+        A state record above this is split into chunks (:mod:`consumers.state.chunks`).
     warm_standby
         Follow the state record while standing by, so a takeover restores from memory.
     """
@@ -477,7 +479,7 @@ class Owner:
         ------
         IncompatibleCheckpointError
             When the state topic holds another model: this instance must not start.
-        consumers.state_topic.StateTopicUnavailableError
+        consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read now (it is read again on assignment).
         """
         candidate = state_topic_candidate(
@@ -508,7 +510,7 @@ class Owner:
         ------
         IncompatibleCheckpointError
             When the state topic holds another model.
-        consumers.state_topic.StateTopicUnavailableError
+        consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read.
         """
         from_topic = self._warm_candidate(time.monotonic()) or state_topic_candidate(

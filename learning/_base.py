@@ -80,13 +80,10 @@ from learning.predictor import (
 )
 from learning.sparse import CSRBatch
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # river ships no type information: mypy sees a plain base class.
     _ClassifierBase = object
 else:
-    try:  # river is optional: with it installed the learners are river classifiers.
-        from river.base import Classifier as _ClassifierBase
-    except ImportError:  # pragma: no cover - river is a dev dependency here
-        _ClassifierBase = object
+    from river.base import Classifier as _ClassifierBase
 
 logger = logging.getLogger(__name__)
 

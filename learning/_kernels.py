@@ -66,14 +66,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-import numba
 import numpy as np
 from numba import types
 from numpy.typing import NDArray
 
 from learning import _rng
+from learning.jit import jit, jit_inline
 
 logger = logging.getLogger(__name__)
 
@@ -118,14 +118,15 @@ LANE_MASK = UNROLL - 1
 PARTIAL_SUMS = 2 * UNROLL
 """Scratch entries of a sparse row's two scores (see sparse_row_scores)."""
 
-F = TypeVar("F", bound=Callable[..., Any])
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
 
 
-def _jit(func: F) -> F:
-    """numba.njit with on-disk caching, typed for mypy (numba itself is untyped)."""
-    return cast(F, numba.njit(cache=True, nogil=True)(func))
+_jit = jit
+"""The kernels' compile decorator: :func:`learning.jit.jit` (one configuration for all)."""
+_inline = jit_inline
+""":func:`learning.jit.jit_inline`, for small per-row helpers: a call between compiled functions
+costs about 0.1 µs (measured), more than the helper's own work on a sparse row of twenty entries."""
 
 
 FLOATS = types.Array(types.float64, 1, "C")
@@ -146,13 +147,6 @@ def compiled_entry(kernel: Callable[..., Any], signature: tuple[Any, ...]) -> Ca
     """
     dispatcher: Any = kernel
     return cast(Callable[..., Any], dispatcher.compile(signature))
-
-
-def _inline(func: F) -> F:
-    """:func:`_jit` for a small per-row helper, inlined into each kernel that calls it (numba's
-    own inlining): a call between compiled functions costs about 0.1 µs (measured), more than
-    the helper's own work on a sparse row of twenty entries."""
-    return cast(F, numba.njit(cache=True, nogil=True, inline="always")(func))
 
 
 # --------------------------------------------------------------------------- primitives

@@ -3,13 +3,13 @@
 # (Debian packages, when missing and running as root), then the broker's runtime jars, pinned by
 # kafka-broker/pom.xml, copied by Maven into a cache outside the repository:
 #   ${NOVIKOFF_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/novikoff}/kafka-<version>/libs
-# service/brokers/distribution.py defines that path and the stamp marking a complete copy; this
+# service/cli/brokers/distribution.py defines that path and the stamp marking a complete copy; this
 # script asks it for them. Does nothing when the stamp holds the digest of the current pom.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-eval "$("$PYTHON" -m service.brokers.distribution)"
+eval "$("$PYTHON" -m service.cli.brokers.distribution)"
 installed() { [ "$(cat "$KAFKA_STAMP" 2>/dev/null)" = "$KAFKA_POM_DIGEST" ]; }
 if installed && command -v java >/dev/null 2>&1; then exit 0; fi
 

@@ -19,18 +19,19 @@ from typing import Protocol
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.kafka_clients import RunnerSettings
 from consumers.mixing.runner import MixingOptions, MixingRunner
-from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.runner import ConsumerRunner
+from consumers.state.checkpoint import CheckpointStore
 from consumers.transactions import TransactionSettings, transaction_timeout_ms
 from learning.mixing import DistributedBound
-from service.app import create_app
-from service.logs import configure_logging
-from service.metrics import Metrics
+from service.http.app import create_app
+from service.http.server import HttpServer
 from service.model import ReferenceError, build_learner, build_tracker
+from service.observability.logs import configure_logging
+from service.observability.metrics import Metrics
 from service.replica import Replica
-from service.server import HttpServer
 from service.settings import Settings
 from service.topics import ensure_contributions_topic, ensure_state_topic
 

@@ -1,7 +1,7 @@
 """A read replica: serves the learner's model, followed through the state topic, and learns nothing.
 
 ``novikoff serve --role replica`` (``[service] role = "replica"``) joins no consumer group and never
-reads the events topic. A :class:`~consumers.state_follower.StateFollower` reads the compacted
+reads the events topic. A :class:`~consumers.state.follower.StateFollower` reads the compacted
 state topic (``read_committed``, from the beginning) and each newer state record of the key
 ``state_key(group_id, topic)`` replaces the engine's model, tracker, counters and offsets
 (:meth:`consumers.engine.Engine.load_payload`, then ``install``). The HTTP API is the learner's:
@@ -26,13 +26,14 @@ from collections.abc import Callable
 
 from kafka import KafkaConsumer
 
-from consumers.engine import Engine, EngineSnapshot
+from consumers.engine import Engine
 from consumers.faults import ConsumerFault
 from consumers.mixing.runner import MixingRunner
-from consumers.state_follower import FollowerConsumer, StateFollower
-from consumers.state_topic import state_key
+from consumers.reports import EngineSnapshot
+from consumers.state.follower import FollowerConsumer, StateFollower
+from consumers.state.topic import state_key
 from learning.encoders import Encoder
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -39,11 +39,11 @@ from pydantic_settings import (
 )
 
 from consumers.mixing.contribution import default_contributions_topic
-from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES
-from consumers.state_topic import default_state_topic
+from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, MIN_RECORD_BYTES
+from consumers.state.topic import default_state_topic
 from learning.encoders import DEFAULT_HASH, DEFAULT_MAX_FEATURES_PER_EVENT, HashName
 from learning.predictor import PredictorName
-from service.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
+from service.cli.brokers.distribution import CACHE_ENV_VAR as BROKER_CACHE_ENV_VAR
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ DEFAULT_AUTH_FAILURE_WINDOW_SECONDS = 60.0
 DEFAULT_AUTH_LOCKOUT_SECONDS = 60.0
 DEFAULT_AUTH_MAX_TRACKED_CLIENTS = 10_000
 TOKENS_ENV_VAR = "NOVIKOFF_HTTP_TOKENS"
-"""Bearer tokens of the HTTP API (see :mod:`service.auth.tokens`); never read from the TOML."""
+"""Bearer tokens of the HTTP API (see :mod:`service.http.auth.tokens`); never read from the TOML."""
 NON_SETTING_ENV_VARS = frozenset({CONFIG_ENV_VAR, BROKER_CACHE_ENV_VAR, TOKENS_ENV_VAR})
 """novikoff's variables that are no setting: the config file, the Apache Kafka jar cache, the
 HTTP tokens."""

@@ -10,7 +10,7 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from consumers.mixing.contribution import CONTRIBUTION_TOPIC_CONFIGS
-from consumers.state_topic import STATE_TOPIC_CONFIGS
+from consumers.state.topic import STATE_TOPIC_CONFIGS
 from service.settings import KafkaSettings, Settings
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from consumers._csr import stack, take
+from consumers.decoding._csr import stack, take
 from consumers.decoding.wire import _get_offset, _get_partition_key
 from learning.sparse import CSRBatch
 

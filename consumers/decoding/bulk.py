@@ -9,8 +9,9 @@ from typing import Any
 
 import orjson
 
-from consumers._scan import count_markers, count_markers_each, count_text_markers
 from consumers.decoding.precise import _check_id
+from consumers.decoding.scan import count_markers, count_markers_each, count_text_markers
+from consumers.decoding.timestamps import all_valid_text_timestamps, valid_timestamp
 from consumers.decoding.wire import (
     FEATURES,
     FIXED_FIELD_MARKERS,
@@ -23,7 +24,6 @@ from consumers.decoding.wire import (
     _get_features,
     _get_label,
 )
-from consumers.timestamps import all_valid_text_timestamps, valid_timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _strings(labels: list[Any], ids: list[Any], stamps: list[Any]) -> list[str]:
 
 
 def _expected_markers(keys: int, rows: int, strings: list[str], named_features: list[Any]) -> int:
-    """Marker bytes the decoded rows account for (see :mod:`consumers._scan`)."""
+    """Marker bytes the decoded rows account for (see :mod:`consumers.decoding.scan`)."""
     total = (
         QUOTES_PER_STRING * keys
         + FIXED_FIELD_MARKERS * rows

@@ -11,7 +11,8 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers._scan import nesting_depth
+from consumers.decoding.scan import nesting_depth
+from consumers.decoding.timestamps import valid_timestamp
 from consumers.decoding.wire import (
     BAD_ID,
     BAD_TS,
@@ -26,7 +27,6 @@ from consumers.decoding.wire import (
     InvalidEventError,
     _clip,
 )
-from consumers.timestamps import valid_timestamp
 from learning.encoders import Encoder, SparseEncoder
 from learning.errors import FeatureError
 from learning.sparse import CSRBatch

@@ -53,7 +53,7 @@ MAX_MATRIX_ELEMENTS = 8_000_000
 """Upper bound on rows times dimension of one decoded dense matrix (64 MB of float64), and on
 rows times the per-event feature bound of one sparse batch."""
 
-# Marker bytes (see consumers._scan) that the fixed field names account for per event:
+# Marker bytes (see consumers.decoding.scan) that the fixed field names account for per event:
 # "features" holds one 'u', "label" two 'l'; "id" and "ts" hold none.
 FIXED_FIELD_MARKERS = 3
 QUOTES_PER_STRING = 2

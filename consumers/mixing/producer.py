@@ -16,8 +16,8 @@ from typing import Any
 
 from kafka import OffsetAndMetadata, TopicPartition
 
+from consumers.decoding.events import Rejection
 from consumers.dlq import DeadLetterWriter, ProducerFuture
-from consumers.events import Rejection
 from consumers.mixing.contribution import Contribution
 from consumers.transactions import (
     TRANSACTION_RETRY_BACKOFF_MS,

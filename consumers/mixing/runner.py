@@ -38,13 +38,13 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from consumers.dlq import default_dead_letter_topic
 from consumers.engine import Engine
 from consumers.faults import ConsumerFault
+from consumers.kafka_clients import RunnerSettings
 from consumers.mixing._kafka import kafka_consumer, restore_parked_records
 from consumers.mixing.contribution import Contribution, ContributionError
 from consumers.mixing.ledger import MixLedger
 from consumers.mixing.producer import ShardProducer, shard_transactional_id
 from consumers.mixing.serving import mixed_learner, mixing_section
 from consumers.mixing.shard import LearnerFactory, PartitionRound
-from consumers.runner import RunnerSettings
 from consumers.transactions import ProducerBuilder, TransactionError, kafka_transactional_producer
 from learning.mixing import DistributedBound
 from learning.seeding import learner_weights

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from consumers.events import EventDecoder, Rejection, SourceRecord
+from consumers.decoding.events import EventDecoder, Rejection, SourceRecord
 from consumers.mixing.contribution import Contribution
 from learning import BoundTracker, LinearLearner
 from learning.mixing import ShardRound as ShardBoundInputs

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from service.app import create_app
-from service.metrics import Metrics
-from service.server import HttpServer
+from service.http.app import create_app
+from service.http.server import HttpServer
+from service.observability.metrics import Metrics
 from service.settings import TOKENS_ENV_VAR, load_settings
 from tests.support.chromium import Chromium, chromium_binary
 from tests.unit.service.engines import PLA_EVENTS, FakeRunner, trained_engine

@@ -1,5 +1,5 @@
-"""The Apache Kafka broker the suite runs on (:class:`service.broker.ApacheKafkaBroker`): no topic
-is created by a metadata request, a SIGKILL then a restart on the same port and data directory
+"""The Apache Kafka broker the suite runs on (:class:`service.cli.broker.ApacheKafkaBroker`): no
+topic is created by a metadata request, a SIGKILL then a restart on the same port and data directory
 gives back every topic, record and committed offset, and clients can reach it through a proxy
 whose port it advertises."""
 
@@ -14,7 +14,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetad
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
-from service.brokers.net import LOOPBACK, accepts
+from service.cli.brokers.net import LOOPBACK, accepts
 from tests.support.broker import ApacheBrokerFactory, free_port
 from tests.support.proxy import FaultProxy
 

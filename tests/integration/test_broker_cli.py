@@ -19,9 +19,9 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import NewTopic
 
-from service.brokers.distribution import CACHE_ENV_VAR, INSTALL_COMMAND, JAVA_HOME_ENV_VAR
-from service.brokers.net import LOOPBACK, accepts
-from service.cli import BOOTSTRAP_LINE_PREFIX
+from service.cli.brokers.distribution import CACHE_ENV_VAR, INSTALL_COMMAND, JAVA_HOME_ENV_VAR
+from service.cli.brokers.net import LOOPBACK, accepts
+from service.cli.main import BOOTSTRAP_LINE_PREFIX
 from service.settings import BOOTSTRAP_ENV_VAR
 from tests.support.broker import free_port
 

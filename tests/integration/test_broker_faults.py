@@ -22,7 +22,7 @@ import httpx
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from service.brokers.apache import ApacheKafkaBroker
+from service.cli.brokers.apache import ApacheKafkaBroker
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.broker import ApacheBrokerFactory

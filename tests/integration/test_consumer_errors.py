@@ -18,9 +18,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.runner import RunnerSettings, kafka_consumer
+from consumers.kafka_clients import RunnerSettings, kafka_consumer
+from service.cli.synthetic import SyntheticStream
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 from tests.support.running_service import RunningService, Stream
 

@@ -17,9 +17,10 @@ import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine
-from consumers.runner import ConsumerRunner, RunnerSettings
+from consumers.kafka_clients import RunnerSettings
+from consumers.runner import ConsumerRunner
+from consumers.state.checkpoint import CheckpointStore
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron, Reference
 from service.settings import load_settings
 from service.topics import ensure_topics

@@ -29,9 +29,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewPartitions
 
-from consumers.checkpoint import CheckpointStore
 from consumers.engine import Engine
-from consumers.runner import Consumer, ConsumerRunner, RunnerSettings, kafka_consumer
+from consumers.kafka_clients import Consumer, RunnerSettings, kafka_consumer
+from consumers.runner import ConsumerRunner
+from consumers.state.checkpoint import CheckpointStore
 from consumers.transactions import TransactionSettings
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from service.settings import load_settings

@@ -23,10 +23,10 @@ from confluent_kafka import KafkaException, Producer
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import UnsupportedCodecError
 
+from service.cli.offline import decode_values, decoder_for
+from service.cli.synthetic import SyntheticStream
 from service.model import build_learner
-from service.offline import decode_values, decoder_for
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 from tests.support.running_service import RunningService, Stream
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from service.metrics import MODEL_AGE_METRIC
+from service.observability.metrics import MODEL_AGE_METRIC
 from tests.support.broker import free_port, wait_for_port
 from tests.support.running_service import RunningService, Stream, produce
 

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from service.app import create_app
-from service.metrics import Metrics
-from service.server import HttpServer
+from service.http.app import create_app
+from service.http.server import HttpServer
+from service.observability.metrics import Metrics
 from service.settings import TOKENS_ENV_VAR, load_settings
 from tests.integration.test_prometheus_scrape import tool
 from tests.support.broker import free_port, wait_for_port

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from consumers.checkpoint import HEADER, frame
+from consumers.state.checkpoint import HEADER, frame
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.faults import (

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from consumers.runner import COORDINATOR_UNREACHABLE
-from service.brokers.apache import ApacheKafkaBroker
+from service.cli.brokers.apache import ApacheKafkaBroker
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.broker import ApacheBrokerFactory, free_port

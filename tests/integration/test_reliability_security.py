@@ -5,8 +5,8 @@ refuses a broker certificate from another CA. The checkpoint loader is in
 
 No HTTP endpoint changes state (``POST /predict`` only reads a snapshot and never grows a
 vocabulary): :func:`test_no_endpoint_changes_state` pins the set of operations and requires every
-non-GET one to need a token scope (``service.auth.guard.ROUTE_SCOPES``), so any new non-GET route
-fails it until it is given token protection and a test. Token checks per route are in
+non-GET one to need a token scope (``service.http.auth.guard.ROUTE_SCOPES``), so any new non-GET
+route fails it until it is given token protection and a test. Token checks per route are in
 ``tests/unit/service/test_auth_routes.py``.
 """
 
@@ -25,7 +25,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from service.assembly import runner_settings
-from service.auth.guard import ROUTE_SCOPES
+from service.http.auth.guard import ROUTE_SCOPES
 from service.settings import Settings, load_settings
 from service.topics import ensure_topics
 from tests.support.faults import ConfiguredStream, FaultyService

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from consumers.checkpoint import CheckpointError, CheckpointStore, frame
-from consumers.engine import Engine, RestoreReport
-from consumers.events import Record
+from consumers.decoding.events import Record
+from consumers.engine import Engine
+from consumers.reports import RestoreReport
+from consumers.state.checkpoint import CheckpointError, CheckpointStore, frame
 from learning.state import DIGEST_SIZE, PREAMBLE
 from service.model import build_learner, build_tracker
 from service.settings import load_settings

@@ -34,8 +34,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.state_chunks import StateAssembler
-from consumers.state_topic import STATE_TOPIC_CONFIGS, state_key
+from consumers.state.chunks import StateAssembler
+from consumers.state.topic import STATE_TOPIC_CONFIGS, state_key
 from service.settings import load_settings
 from service.topics import ensure_topics
 from tests.support.running_service import RunningService, Stream, produce

@@ -24,10 +24,10 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.demo import TANSU_TRANSACTIONS
+from service.cli.demo import TANSU_TRANSACTIONS
+from service.cli.synthetic import SyntheticStream
 from service.model import build_learner, build_tracker
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 from tests.support.broker import free_port
 from tests.support.running_service import group_timing_toml

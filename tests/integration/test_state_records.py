@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from consumers.checkpoint import frame
 from consumers.engine import Engine, IncompatibleCheckpointError
-from consumers.state_topic import encode_state_record, state_key
+from consumers.state.checkpoint import frame
+from consumers.state.topic import encode_state_record, state_key
 from consumers.transactions import TransactionSettings, state_topic_candidate
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from service.settings import load_settings

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.state_topic import decode_state_record, state_key
+from consumers.state.topic import decode_state_record, state_key
 from learning import load_state
 from service.settings import load_settings
 from service.topics import ensure_topics

@@ -1,5 +1,5 @@
 """Real Kafka-protocol brokers for tests, started through the service's own code
-(:mod:`service.broker`): Apache Kafka (KRaft, one node, data on disk) for the suite, Tansu (the
+(:mod:`service.cli.broker`): Apache Kafka (KRaft, one node, data on disk) for the suite, Tansu (the
 embedded broker of ``novikoff demo``) for the smoke subset, or the cluster named by
 ``KAFKA_BOOTSTRAP_SERVERS``.
 
@@ -15,14 +15,14 @@ import re
 import shutil
 from pathlib import Path
 
-from service.broker import (
+from service.cli.broker import (
     ApacheKafkaBroker,
     external_bootstrap,
     free_port,
     kafka_bootstrap,
     wait_for_port,
 )
-from service.broker import EmbeddedBroker as TansuBroker
+from service.cli.broker import EmbeddedBroker as TansuBroker
 
 __all__ = [
     "ApacheBrokerFactory",

@@ -16,7 +16,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from service.cli import main as novikoff_main
+from service.cli.main import main as novikoff_main
 
 KILL_AT_COMMIT_ENV = "COMMIT_FAULT_KILL_AT"
 SENT_MARKER = "commit_fault: every record of transaction sent; SIGKILL before commit"

@@ -21,11 +21,11 @@ from typing import Any, Self
 import httpx
 import numpy as np
 
-from consumers.checkpoint import unframe
+from consumers.state.checkpoint import unframe
 from learning import load_state
+from service.cli.synthetic import SyntheticStream
 from service.model import build_learner, build_tracker
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 from tests.support.running_service import RunningService, Stream, novikoff_command
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")

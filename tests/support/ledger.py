@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from service.synthetic import SyntheticStream, event_json
+from service.cli.synthetic import SyntheticStream, event_json
 from tests.support.poison import PoisonKind
 
 PRODUCE_TIMEOUT_S = 120.0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from kafka import KafkaProducer
 
-from service.synthetic import SyntheticStream
+from service.cli.synthetic import SyntheticStream
 
 PRODUCER_CHUNK = 5_000
 UNBOUNDED = 10**12

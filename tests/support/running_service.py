@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from service.broker import terminate_process
+from service.cli.broker import terminate_process
+from service.cli.synthetic import SyntheticStream
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 from tests.support.broker import free_port
 
@@ -62,7 +62,7 @@ def novikoff_command(*args: str) -> list[str]:
     found = shutil.which("novikoff")
     if found:
         return [found, *args]
-    return [sys.executable, "-c", "from service.cli import main; main()", *args]
+    return [sys.executable, "-c", "from service.cli.main import main; main()", *args]
 
 
 @dataclass(frozen=True)

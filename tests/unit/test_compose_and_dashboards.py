@@ -2,7 +2,7 @@
 
 No Docker engine runs here, so the compose file is parsed: the services and ports it promises, the
 files it mounts, the config it hands novikoff. Every metric name a PromQL expression uses (Grafana
-panels, Prometheus alert rules) must be one ``service.metrics.Metrics`` exports.
+panels, Prometheus alert rules) must be one ``service.observability.metrics.Metrics`` exports.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from service.auth.tokens import parse_tokens
-from service.metrics import Metrics
+from service.cli.synthetic import SyntheticStream
+from service.http.auth.tokens import parse_tokens
+from service.observability.metrics import Metrics
 from service.settings import load_settings
-from service.synthetic import SyntheticStream
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

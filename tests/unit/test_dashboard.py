@@ -9,8 +9,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.dashboard import STATIC_MEDIA_TYPES, router
-from service.history import StatsHistory
+from service.http.dashboard import STATIC_MEDIA_TYPES, router
+from service.observability.history import StatsHistory
 
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 

@@ -21,7 +21,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from service.cli import build_parser
+from service.cli.main import build_parser
 from service.settings import (
     BOOTSTRAP_ENV_VAR,
     CONFIG_ENV_VAR,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.history import HistoryPoint, HistoryRecorder, StatsHistory
+from service.observability.history import HistoryPoint, HistoryRecorder, StatsHistory
 
 
 def stats(seen: int, mistakes: int | None = None, bound: float | None = 100.0) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import bench.bench_replicas as replicas_bench
 import bench.bench_state_size as size_bench
 import tests.integration.test_replicas as replicas_test
-from consumers.state_chunks import DEFAULT_MAX_RECORD_BYTES
+from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES
 from service.settings import DEFAULT_REPLICA_MAX_MODEL_AGE_SECONDS, load_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -6,7 +6,7 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from consumers.events import Record
+from consumers.decoding.events import Record
 
 TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
 

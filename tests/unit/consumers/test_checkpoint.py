@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.checkpoint import HEADER, CheckpointError, CheckpointStore, frame, unframe
+from consumers.state.checkpoint import HEADER, CheckpointError, CheckpointStore, frame, unframe
 
 
 def test_round_trip_and_previous_kept(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
+from consumers.decoding.events import Rejection
 from consumers.dlq import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetterWriter
-from consumers.events import Rejection
 from tests.unit.consumers.fakes import FakeProducer, MessageSizeTooLargeError
 
 

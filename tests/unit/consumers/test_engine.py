@@ -9,16 +9,10 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.checkpoint import CheckpointStore
-from consumers.engine import (
-    BatchReport,
-    CheckpointReport,
-    Engine,
-    IncompatibleCheckpointError,
-    OffsetError,
-    PartitionProgress,
-)
-from consumers.events import Record
+from consumers.decoding.events import Record
+from consumers.engine import Engine, IncompatibleCheckpointError, OffsetError
+from consumers.reports import BatchReport, CheckpointReport, PartitionProgress
+from consumers.state.checkpoint import CheckpointStore
 from learning import (
     BoundTracker,
     DenseEncoder,

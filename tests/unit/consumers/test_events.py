@@ -13,10 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from consumers.events import (
+from consumers.decoding.events import (
     MAX_ID_LENGTH,
     MAX_NESTING_DEPTH,
     REASON_CODES,
+    DecodedBatch,
     EventDecoder,
     InvalidEventError,
     LabelLookup,
@@ -471,3 +472,40 @@ def test_a_decoder_bug_never_stalls_the_stream(monkeypatch: pytest.MonkeyPatch) 
     assert batch.valid == 2
     assert [(r.offset, r.reason) for r in batch.rejections] == [(1, "not_json"), (2, "not_json")]
     assert "internal error" in batch.rejections[0].message
+
+
+def _decoded(batch: object) -> tuple[bytes, bytes, list[str | None], list[tuple[int, str]]]:
+    assert isinstance(batch, DecodedBatch)
+    return (
+        np.asarray(batch.X).tobytes(),
+        batch.y.tobytes(),
+        list(batch.event_ids),
+        [(r.offset, r.reason) for r in batch.rejections],
+    )
+
+
+def test_the_compiled_tier_switched_off_decodes_the_same_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # BENCH_JSON_READER=off measures the decoder without its compiled tier; the verdicts and rows
+    # must not change, only the path taken.
+    good = [
+        b'{"features": [%d, -1.5, 2e-3], "label": %d, "id": "e%d"}' % (i, 1 - 2 * (i % 2), i)
+        for i in range(40)
+    ]
+    values = [*good[:10], b'{"features": [1, true, 3], "label": 1}', *good[10:], b"junk"]
+    compiled_calls: list[int] = []
+    original = EventDecoder._decode_compiled
+
+    def counted(self: EventDecoder, batch_values: list[object]) -> object:
+        compiled_calls.append(len(batch_values))
+        return original(self, batch_values)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EventDecoder, "_decode_compiled", counted)
+    on = _decoded(decoder().decode_batch(records(values)))
+    assert compiled_calls == [len(values)]
+    monkeypatch.setattr(EventDecoder, "compiled_tier", False)
+    off = _decoded(decoder().decode_batch(records(values)))
+    assert compiled_calls == [len(values)]  # control: the switch really skips the compiled tier
+    assert off == on
+    assert len(on[3]) == 2 and on[2][0] == "e0"

@@ -19,9 +19,9 @@ from kafka.errors import (
     UnsupportedCodecError,
 )
 
-from consumers.checkpoint import CheckpointStore
 from consumers.faults import FAULT_KINDS, ConsumerFault, FaultKind, classify, unknown_topic
 from consumers.runner import ConsumerRunner
+from consumers.state.checkpoint import CheckpointStore
 from tests.unit.consumers.fakes import FakeCluster, FakeConsumer, FakeProducer, FaultyConsumer
 from tests.unit.consumers.test_runner import TIMEOUT_S, ev, new_engine, settings, wait_until
 

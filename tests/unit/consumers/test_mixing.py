@@ -9,8 +9,8 @@ import numpy as np
 import orjson
 import pytest
 
+from consumers.decoding.events import EventDecoder, Record
 from consumers.engine import _labels_of
-from consumers.events import EventDecoder, Record
 from consumers.mixing.contribution import Contribution, ContributionError
 from consumers.mixing.ledger import MixLedger
 from consumers.mixing.serving import mixed_learner

@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from consumers.checkpoint import CheckpointStore
+from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.events import Record
-from consumers.runner import ConsumerRunner, RunnerSettings, _disconnection_reason
+from consumers.kafka_clients import RunnerSettings
+from consumers.runner import ConsumerRunner, _disconnection_reason
+from consumers.state.checkpoint import CheckpointStore
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.fakes import FakeConsumer, FakeProducer
 

@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
+from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.events import Record
 from consumers.runner import _resume_stranded_join, _resuming
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.fakes import TopicPartition

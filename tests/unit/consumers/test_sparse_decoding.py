@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers._csr import stack, take
-from consumers.events import REASON_CODES, DecodedBatch, EventDecoder, Record
+from consumers.decoding._csr import stack, take
+from consumers.decoding.events import REASON_CODES, DecodedBatch, EventDecoder, Record
 from learning import CSRBatch, HashingEncoder, LabelMap, SchemaEncoder, VocabularyEncoder
 from learning.encoders import SparseEncoder
 from learning.errors import FEATURE_ERROR_CODES

@@ -8,15 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumers.state_chunks import (
+from consumers.state.chunks import (
     CHUNK_HEADER,
     SplitRecordError,
     StateAssembler,
     chunk_key,
     split_state_value,
 )
-from consumers.state_follower import StateFollower
-from consumers.state_topic import (
+from consumers.state.follower import StateFollower
+from consumers.state.topic import (
     decode_state_record,
     encode_state_record,
     state_key,
@@ -117,7 +117,7 @@ def test_the_follower_takes_a_split_record_and_skips_an_incomplete_one(
     wait_until(lambda: accepted == [PAYLOAD], "the split record")
     newer = os.urandom(len(PAYLOAD))
     records = split_state_value(KEY, encode_state_record(newer, 2), LIMIT)
-    with caplog.at_level(logging.ERROR, logger="consumers.state_follower"):
+    with caplog.at_level(logging.ERROR, logger="consumers.state.follower"):
         for key, value in records[:2] + records[3:]:
             topic.append(key, value)
         wait_until(lambda: follower.skipped == 1, "the skip")

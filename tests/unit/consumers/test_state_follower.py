@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumers.state_follower import BOOTSTRAP_TIMEOUT_MS, FOLLOWER_CONFIG, StateFollower
-from consumers.state_topic import encode_state_record, state_key
+from consumers.state.follower import BOOTSTRAP_TIMEOUT_MS, FOLLOWER_CONFIG, StateFollower
+from consumers.state.topic import encode_state_record, state_key
 from tests.unit.consumers.state_fakes import (
     TICK_S,
     TOPIC,
@@ -89,7 +89,7 @@ def test_a_damaged_record_is_skipped_with_an_error_and_the_previous_state_kept(
     wait_until(lambda: accepted == [b"good"], "the good record")
     damaged = bytearray(encode_state_record(b"newer", 2))
     damaged[-1] ^= 0xFF
-    with caplog.at_level(logging.ERROR, logger="consumers.state_follower"):
+    with caplog.at_level(logging.ERROR, logger="consumers.state.follower"):
         topic.append(KEY, bytes(damaged))
         topic.append(KEY, None)  # a tombstone is no state either
         wait_until(lambda: follower.skipped == 2, "the skips")

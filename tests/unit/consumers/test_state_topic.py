@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from consumers.checkpoint import frame
-from consumers.state_topic import (
+from consumers.state.checkpoint import frame
+from consumers.state.topic import (
     StateRecordError,
     decode_state_record,
     default_state_topic,

@@ -9,7 +9,7 @@ import pytest
 from kafka.errors import MessageSizeTooLargeError, ProducerFencedError
 
 from consumers.ownership import NOT_OWNER, SingleOwnerAssignor
-from consumers.state_topic import decode_state_record
+from consumers.state.topic import decode_state_record
 from consumers.transactions import (
     DEAD_LETTER_MAX_BYTES,
     TransactionalProducer,

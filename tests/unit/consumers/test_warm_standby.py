@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 import consumers.transactions
-from consumers.checkpoint import CheckpointStore
+from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.events import Record
-from consumers.state_topic import encode_state_record
+from consumers.state.checkpoint import CheckpointStore
+from consumers.state.topic import encode_state_record
 from consumers.transactions import Owner, TransactionSettings
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.state_fakes import TOPIC, FakeStateTopic, wait_until

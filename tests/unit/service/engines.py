@@ -9,12 +9,12 @@ from typing import Any
 
 import orjson
 
-from consumers.checkpoint import CheckpointStore
+from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.events import Record
 from consumers.faults import ConsumerFault
-from service.metrics import Metrics
+from consumers.state.checkpoint import CheckpointStore
 from service.model import build_learner, build_tracker
+from service.observability.metrics import Metrics
 from service.settings import Settings
 
 PLA_EVENTS = [{"features": [2], "label": -1}, {"features": [-0.25], "label": 1}]

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from consumers.events import (
+from consumers.decoding.events import (
     MAX_NESTING_DEPTH,
     EventDecoder,
     InvalidEventError,
@@ -20,8 +20,8 @@ from consumers.events import (
 )
 from consumers.faults import unknown_topic
 from learning import DenseEncoder, LabelMap
-from service.app import create_app
-from service.metrics import Metrics
+from service.http.app import create_app
+from service.observability.metrics import Metrics
 from service.settings import Settings, load_settings
 from tests.unit.service.engines import PLA_EVENTS, FakeRunner, trained_engine
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from consumers.state_follower import StateFollower
+from consumers.state.follower import StateFollower
 from service.assembly import build_service
 from service.settings import load_settings
 from tests.support.broker import free_port

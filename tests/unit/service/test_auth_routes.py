@@ -14,16 +14,16 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from service.app import create_app
-from service.auth.guard import (
+from service.http.app import create_app
+from service.http.auth.guard import (
     PUBLIC_ROUTES,
     ROUTE_SCOPES,
     UnclassifiedRouteError,
     check_routes_classified,
     route_paths,
 )
-from service.auth.tokens import TokenConfigError, digest
-from service.metrics import Metrics
+from service.http.auth.tokens import TokenConfigError, digest
+from service.observability.metrics import Metrics
 from service.settings import PROBE_PATHS, TOKENS_ENV_VAR, Settings, load_settings
 from tests.unit.service.engines import PLA_EVENTS, FakeRunner, trained_engine
 
@@ -328,7 +328,7 @@ def test_openapi_has_no_scheme_without_auth(tmp_path: Path) -> None:
 def test_a_non_loopback_bind_without_auth_warns_at_start(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, host: str, auth: str, warned: bool
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="service.auth.guard")
+    caplog.set_level(logging.WARNING, logger="service.http.auth.guard")
     make_client(settings_with(host=host, auth=auth), tmp_path)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "auth" in r.message]
     assert bool(warnings) == warned, caplog.text

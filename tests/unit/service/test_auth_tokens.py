@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from service.auth.lockout import FailureLimiter
-from service.auth.tokens import (
+from service.http.auth.lockout import FailureLimiter
+from service.http.auth.tokens import (
     MAX_TOKEN_LENGTH,
     MIN_TOKEN_LENGTH,
     TokenConfigError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service import broker
+from service.cli import broker
 from service.settings import BOOTSTRAP_ENV_VAR
 
 

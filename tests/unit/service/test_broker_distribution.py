@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from service import broker
-from service.brokers import distribution
-from service.brokers.apache import new_cluster_id
-from service.cli import build_parser
+from service.cli import broker
+from service.cli.brokers import distribution
+from service.cli.brokers.apache import new_cluster_id
+from service.cli.main import build_parser
 from service.settings import BOOTSTRAP_ENV_VAR, SettingsError, load_settings
 
 POM = """<?xml version="1.0"?>
@@ -130,7 +130,9 @@ def test_the_install_script_reads_the_same_paths(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(distribution.CACHE_ENV_VAR, str(tmp_path / "cache with space"))
-    script = f'eval "$({sys.executable} -m service.brokers.distribution)"; printf %s "$KAFKA_LIBS"'
+    script = (
+        f'eval "$({sys.executable} -m service.cli.brokers.distribution)"; printf %s "$KAFKA_LIBS"'
+    )
     libs = subprocess.run(
         ["bash", "-c", script],
         capture_output=True,

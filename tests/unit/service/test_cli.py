@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from service import cli
-from service.cli import build_parser, main
+from service.cli import main as cli
+from service.cli.main import build_parser, main
+from service.cli.synthetic import SyntheticStream
 from service.settings import Settings
-from service.synthetic import SyntheticStream
 
 COMMANDS = ["serve", "produce", "fit", "demo"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.demo import TANSU_GROUP_TIMING, DemoOptions, demo_settings
+from service.cli.demo import TANSU_GROUP_TIMING, DemoOptions, demo_settings
 from service.settings import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_POLL_INTERVAL_MS,

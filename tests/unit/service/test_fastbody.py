@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learning.encoders import MAX_ABS_FEATURE
-from service._fastbody import parse_dense_instances
+from service.http._fastbody import parse_dense_instances
 
 WIDTH = 3
 

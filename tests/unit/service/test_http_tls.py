@@ -13,10 +13,10 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from service.app import create_app
 from service.assembly import build_service
-from service.metrics import Metrics
-from service.server import HttpServer
+from service.http.app import create_app
+from service.http.server import HttpServer
+from service.observability.metrics import Metrics
 from service.settings import Settings, SettingsError, load_settings
 from tests.support.tls import Certificates, make_certificates
 from tests.unit.service.engines import PLA_EVENTS, FakeRunner, trained_engine

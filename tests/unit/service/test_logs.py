@@ -8,7 +8,11 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from service.logs import REPORTED_BY_THE_RUNNER, LibraryRepeatFilter, configure_logging
+from service.observability.logs import (
+    REPORTED_BY_THE_RUNNER,
+    LibraryRepeatFilter,
+    configure_logging,
+)
 from service.settings import LoggingSettings
 
 

@@ -14,10 +14,10 @@ import pytest
 from numpy.typing import NDArray
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from consumers.checkpoint import CheckpointStore
-from consumers.events import Record
+from consumers.decoding.events import Record
 from consumers.faults import FAULT_KINDS, ConsumerFault, FaultKind, unknown_topic
-from service.metrics import Metrics
+from consumers.state.checkpoint import CheckpointStore
+from service.observability.metrics import Metrics
 from service.settings import load_settings
 from tests.unit.service.engines import PLA_EVENTS, trained_engine
 

@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from consumers.events import EventDecoder, Record
+from consumers.decoding.events import EventDecoder, Record
 from learning import (
     CSRBatch,
     DenseEncoder,
@@ -21,8 +21,8 @@ from learning import (
     VocabularyEncoder,
 )
 from learning.encoders import SparseEncoder
-from service.predict import PredictHandler, PredictLimits
-from service.problems import Problem
+from service.http.predict import PredictHandler, PredictLimits
+from service.http.problems import Problem
 
 LABELS = LabelMap({"1": 1, "-1": -1})
 LIMIT = 4

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from consumers.engine import Engine
-from consumers.state_topic import encode_state_record, state_key
-from service.app import create_app
-from service.metrics import MODEL_AGE_METRIC, Metrics
+from consumers.state.topic import encode_state_record, state_key
+from service.http.app import create_app
 from service.model import build_learner, build_tracker
+from service.observability.metrics import MODEL_AGE_METRIC, Metrics
 from service.replica import Replica
 from service.settings import Settings, SettingsError, load_settings
 from tests.unit.consumers.state_fakes import FakeStateTopic, wait_until
@@ -145,7 +145,7 @@ def test_a_state_of_another_model_is_skipped_and_the_previous_kept(
     topic.append(KEY, encode_state_record(payload, 1))
     wait_until(lambda: replica.snapshot.seen == len(PLA_EVENTS), "the first model")
     _, other = learner_state(tmp_path, [{"features": [1, 2], "label": 1}], dim=2)
-    with caplog.at_level(logging.ERROR, logger="consumers.state_follower"):
+    with caplog.at_level(logging.ERROR, logger="consumers.state.follower"):
         topic.append(KEY, encode_state_record(other, 2))
         wait_until(lambda: replica.follower.skipped == 1, "the skip")
     assert "different model than the configuration" in caplog.text

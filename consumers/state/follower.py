@@ -11,9 +11,9 @@ Invariants
 * Records of one key arrive in offset order (one key lives in one partition), so the newest
   record is the one with the highest offset; within one poll only the newest usable record is
   handed over, older ones of the same poll are never loaded.
-* A state split into chunks (:mod:`consumers.state_chunks`, a record above the broker's message
+* A state split into chunks (:mod:`consumers.state.chunks`, a record above the broker's message
   limit) is put back together before it is verified; its chunks precede its manifest.
-* A record that fails verification (:func:`consumers.state_topic.decode_state_record`) or that
+* A record that fails verification (:func:`consumers.state.topic.decode_state_record`) or that
   ``accept`` refuses (raises) is skipped with an ERROR, and the previously accepted state stays:
   a damaged record never replaces a good model.
 * :attr:`caught_up_at` is the monotonic time at which the follower last began an end-of-log check
@@ -34,9 +34,9 @@ from typing import Any, Protocol
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from consumers.checkpoint import CheckpointError
-from consumers.state_chunks import StateAssembler
-from consumers.state_topic import decode_state_record, state_record_sequence
+from consumers.state.checkpoint import CheckpointError
+from consumers.state.chunks import StateAssembler
+from consumers.state.topic import decode_state_record, state_record_sequence
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class FollowedState:
     received_at: float
     """``time.monotonic()`` when it was accepted."""
     sequence: int = 0
-    """The record's sequence number (its header, :func:`~consumers.state_topic.
+    """The record's sequence number (its header, :func:`~consumers.state.topic.
     state_record_sequence`)."""
 
 
@@ -114,7 +114,7 @@ class StateFollower:
     topic
         The state topic.
     key
-        The record key followed (``consumers.state_topic.state_key(group, model_id)``).
+        The record key followed (``consumers.state.topic.state_key(group, model_id)``).
     accept
         Called on the follower's thread with the verified payload of each newer record; raising
         refuses the record (ERROR logged, the previous state kept).

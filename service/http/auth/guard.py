@@ -28,10 +28,10 @@ from starlette.routing import BaseRoute, Mount
 from starlette.types import Scope as AsgiScope
 from starlette.types import Send
 
-from service.auth.lockout import FailureLimiter
-from service.auth.tokens import Scope, TokenSource
-from service.metrics import Metrics
-from service.problems import PROBLEM_MEDIA_TYPE, Problem, problem_responses
+from service.http.auth.lockout import FailureLimiter
+from service.http.auth.tokens import Scope, TokenSource
+from service.http.problems import PROBLEM_MEDIA_TYPE, Problem, problem_responses
+from service.observability.metrics import Metrics
 from service.settings import TOKENS_ENV_VAR, HttpSettings
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def check_routes_classified(routes: Iterable[BaseRoute]) -> None:
     )
     if unknown:
         raise UnclassifiedRouteError(
-            f"routes {unknown} need an entry in service.auth.guard.ROUTE_SCOPES (the scope a "
+            f"routes {unknown} need an entry in service.http.auth.guard.ROUTE_SCOPES (the scope a "
             "token must hold) or PUBLIC_ROUTES (no data), and a test"
         )
 

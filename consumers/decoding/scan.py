@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numba
 import numpy as np
+
+from learning.jit import jit
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +42,14 @@ _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _SHIFT_TOP = np.uint64(56)
 
 
-@numba.njit(nogil=True, cache=True)
+@jit
 def _zero_lanes(word: Any) -> Any:  # pragma: no cover - compiled
     """0x80 in every byte lane of ``word`` that is zero, 0x00 elsewhere (exact, no borrows)."""
     spread = (word & _LOW7) + _LOW7
     return ~(spread | word | _LOW7)
 
 
-@numba.njit(nogil=True, cache=True)
+@jit
 def _popcount(word: Any) -> Any:  # pragma: no cover - compiled
     word = word - ((word >> np.uint64(1)) & _M1)
     word = (word & _M2) + ((word >> np.uint64(2)) & _M2)
@@ -56,7 +57,7 @@ def _popcount(word: Any) -> Any:  # pragma: no cover - compiled
     return (word * _ONES) >> _SHIFT_TOP
 
 
-@numba.njit(nogil=True, cache=True)
+@jit
 def _count_marker_words(words: Any) -> int:  # pragma: no cover - compiled
     quote = np.uint64(_QUOTE) * _ONES
     small_u = np.uint64(_SMALL_U) * _ONES
@@ -75,7 +76,7 @@ def _count_marker_words(words: Any) -> int:  # pragma: no cover - compiled
     return int(total)
 
 
-@numba.njit(nogil=True, cache=True)
+@jit
 def _count_marker_segments(data: Any, starts: Any, ends: Any) -> Any:  # pragma: no cover
     counts = np.zeros(starts.shape[0], dtype=np.int64)
     for segment in range(starts.shape[0]):
@@ -132,7 +133,7 @@ def nesting_depth(value: bytes) -> int:
     return int(_nesting_depth(np.frombuffer(value, dtype=np.uint8)))
 
 
-@numba.njit(nogil=True, cache=True)
+@jit
 def _nesting_depth(data: Any) -> int:  # pragma: no cover - compiled
     depth = 0
     deepest = 0

@@ -1,9 +1,10 @@
 """An Apache Kafka broker (KRaft combined mode, one node) on free loopback ports.
 
-The jars come from the cache ``scripts/kafka-deps.sh`` fills (:mod:`service.brokers.distribution`).
-Its data directory holds the generated ``server.properties``, the KRaft log directory and the
-controller port; a restart on the same directory and port gives back every topic, record and
-committed offset, also after :meth:`ApacheKafkaBroker.kill`.
+The jars come from the cache ``scripts/kafka-deps.sh`` fills
+(:mod:`service.cli.brokers.distribution`). Its data directory holds the generated
+``server.properties``, the KRaft log directory and the controller port; a restart on the same
+directory and port gives back every topic, record and committed offset, also after
+:meth:`ApacheKafkaBroker.kill`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
-from service.brokers.distribution import LOG_CONFIG_PATH, Distribution, require
-from service.brokers.net import LOOPBACK, PORT_POLL_S, accepts, free_port, terminate_process
+from service.cli.brokers.distribution import LOG_CONFIG_PATH, Distribution, require
+from service.cli.brokers.net import LOOPBACK, PORT_POLL_S, accepts, free_port, terminate_process
 
 logger = logging.getLogger(__name__)
 

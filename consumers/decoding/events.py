@@ -16,7 +16,7 @@ A record value is a UTF-8 JSON object with exactly these fields:
 ``id`` (optional)
     A non-empty string of at most :data:`MAX_ID_LENGTH` characters.
 ``ts`` (optional)
-    An RFC 3339 date-time string or epoch seconds (see :mod:`consumers.timestamps`).
+    An RFC 3339 date-time string or epoch seconds (see :mod:`consumers.decoding.timestamps`).
 
 Any other field is refused (``unknown_field``): a misspelt ``lable`` or ``feature`` must not
 silently become a different event. Duplicate keys anywhere (also inside ``features``) are refused
@@ -30,7 +30,7 @@ Speed
 -----
 :meth:`EventDecoder.decode_batch` decodes every value with orjson, then checks the whole batch at
 once: a handful of C-level passes over the decoded lists, one numpy conversion of all feature
-vectors, and one SWAR byte count (see :mod:`consumers._scan`) that proves no record holds a
+vectors, and one SWAR byte count (see :mod:`consumers.decoding.scan`) that proves no record holds a
 duplicate key, a boolean, a null, a stray string or an escape. Only the records that fail a bulk
 check are diagnosed one by one, by the exact slow path :meth:`EventDecoder.inspect`; the fast path
 accepts a subset of what the slow path accepts, with bit-identical vectors.
@@ -48,13 +48,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from consumers._csr import empty_batch
-from consumers._fastjson import LabelTable, parse_dense
-from consumers._scan import nesting_depth
+from consumers.decoding._csr import empty_batch
 from consumers.decoding.batch import (
     DecodedBatch,
     Event,
@@ -81,6 +79,7 @@ from consumers.decoding.bulk import (
     _strings,
     _with_required_fields,
 )
+from consumers.decoding.fastjson import LabelTable, parse_dense
 from consumers.decoding.labels import LabelLookup
 from consumers.decoding.precise import (
     _check_id,
@@ -91,6 +90,7 @@ from consumers.decoding.precise import (
     validate_features,
     validate_sparse_features,
 )
+from consumers.decoding.scan import nesting_depth
 from consumers.decoding.wire import (
     _DICT_TYPE,
     _LIST_TYPE,
@@ -195,6 +195,10 @@ class EventDecoder:
     ([[1.0, 2.0]], [-1.0], ['boolean_feature'])
     """
 
+    compiled_tier: ClassVar[bool] = True
+    """Whether dense models try the compiled reader first (off: orjson and precise tiers only,
+    the same verdicts; ``BENCH_JSON_READER=off python -m bench`` measures that)."""
+
     def __init__(
         self,
         encoder: Encoder,
@@ -288,7 +292,7 @@ class EventDecoder:
         values: list[Any] = list(map(_get_value, records))
         tiers: list[_Rows] = []
         pending: list[int] | None = None
-        if self._compiled_labels is not None:
+        if self._compiled_labels is not None and self.compiled_tier:
             compiled = self._decode_compiled(values)
             if compiled is not None:
                 tiers.append(compiled.rows)

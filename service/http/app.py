@@ -1,9 +1,10 @@
 """The HTTP API: predictions, model, stats, health, readiness and metrics.
 
 ``create_app`` wires the routes to one engine (the model and its immutable snapshots), one
-consumer runner (readiness, lag) and one :class:`~service.metrics.Metrics`. ``POST /predict`` is
-answered before FastAPI's routing and middleware (see :class:`NovikoffApp`); its route is still
-declared so that ``/docs`` documents it and so that any other method on it gets a 405 problem.
+consumer runner (readiness, lag) and one :class:`~service.observability.metrics.Metrics`.
+``POST /predict`` is answered before FastAPI's routing and middleware (see :class:`NovikoffApp`);
+its route is still declared so that ``/docs`` documents it and so that any other method on it gets
+a 405 problem.
 """
 
 from __future__ import annotations
@@ -25,18 +26,18 @@ from starlette.types import Message, Receive, Scope, Send
 from consumers.faults import ConsumerFault
 from learning import Predictor
 from learning.encoders import Encoder
-from service import schemas
-from service.auth.guard import AccessGuard, install_access_control, send_problem
-from service.dashboard import router as dashboard_router
-from service.history import HistoryRecorder, StatsHistory
-from service.metrics import UNMATCHED_ROUTE, Metrics
-from service.predict import PredictHandler, PredictLimits, is_json_media_type
-from service.problems import (
+from service.http import schemas
+from service.http.auth.guard import AccessGuard, install_access_control, send_problem
+from service.http.dashboard import router as dashboard_router
+from service.http.predict import PredictHandler, PredictLimits, is_json_media_type
+from service.http.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
     install_problem_handlers,
     problem_responses,
 )
+from service.observability.history import HistoryRecorder, StatsHistory
+from service.observability.metrics import UNMATCHED_ROUTE, Metrics
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class NovikoffApp(FastAPI):
     """FastAPI with ``POST /predict`` answered first, and every request timed.
 
     The prediction path reads the body with the size limit, hands the bytes to
-    :class:`~service.predict.PredictHandler` and writes the bytes back; it never builds a
+    :class:`~service.http.predict.PredictHandler` and writes the bytes back; it never builds a
     Request, a pydantic model or a Response object.
     """
 
@@ -422,5 +423,5 @@ def _add_read_routes(
 
 
 def _include_dashboard(app: FastAPI) -> None:
-    """The dashboard page and ``/stats/history`` (``service.dashboard``)."""
+    """The dashboard page and ``/stats/history`` (``service.http.dashboard``)."""
     app.include_router(dashboard_router)

@@ -1,6 +1,6 @@
 """State records larger than the broker's message limit: split into chunks, never dropped.
 
-A state record (``consumers.state_topic.encode_state_record``, the checkpoint frame) grows with
+A state record (``consumers.state.topic.encode_state_record``, the checkpoint frame) grows with
 the model: a dense model of 1,000 features with 64 voters is about 1 MB, a 2^18-bucket hashed
 model several MB, while Kafka refuses a message above ``message.max.bytes`` (1 MiB by default).
 A value above ``max_bytes`` is therefore **split**: its chunks go first, each under its own key,
@@ -23,7 +23,7 @@ import hashlib
 import json
 import struct
 
-from consumers.checkpoint import HEADER, MAGIC, CheckpointError
+from consumers.state.checkpoint import HEADER, MAGIC, CheckpointError
 
 CHUNK_MAGIC = b"NVKCHNK1"
 SPLIT_MAGIC = b"NVKSPLT1"
@@ -58,7 +58,7 @@ def split_state_value(key: bytes, value: bytes, max_bytes: int) -> list[tuple[by
     One record (``value`` itself) when it fits in ``max_bytes``; otherwise its chunks, each
     within ``max_bytes``, then the manifest under ``key``.
 
-    >>> from consumers.checkpoint import frame
+    >>> from consumers.state.checkpoint import frame
     >>> value = frame(b"x" * 500, 7)
     >>> [len(v) for _, v in split_state_value(b'{"model":"m"}', value, 1000)]
     [556]
@@ -92,7 +92,7 @@ class StateAssembler:
     of the state key with :meth:`complete`, which returns the whole value. Only the newest chunk
     of each index is kept, so memory is bounded by the largest split record.
 
-    >>> from consumers.checkpoint import frame, unframe
+    >>> from consumers.state.checkpoint import frame, unframe
     >>> key = b'{"model":"m"}'
     >>> value = frame(b"model bytes " * 100, 2)
     >>> assembler = StateAssembler(key)

@@ -3,10 +3,10 @@
 :func:`parse_dense_instances` reads ``{"instances": [{"features": [numbers]}, ...]}`` (with an
 optional ``"predictor": "name"`` before or after) in one numba pass straight into the feature
 matrix, without a Python object per number. It is built from the consumer's compiled JSON
-blocks (:mod:`consumers.fastjson`, exact number conversion included) and, like the consumer's
-event parser, accepts only a strict subset of valid requests and returns ``None`` for anything
-else, so the caller then takes the general path (orjson and per-instance checks), which gives
-the precise error for bad input. A body accepted here is one the general path accepts, with
+blocks (:mod:`consumers.decoding.fastjson`, exact number conversion included) and, like the
+consumer's event parser, accepts only a strict subset of valid requests and returns ``None`` for
+anything else, so the caller then takes the general path (orjson and per-instance checks), which
+gives the precise error for bad input. A body accepted here is one the general path accepts, with
 bit-identical values.
 
 Accepted here
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from consumers.fastjson import (
+from consumers.decoding.fastjson import (
     CLOSE_BRACE,
     CLOSE_BRACKET,
     COLON,
@@ -37,13 +37,13 @@ from consumers.fastjson import (
     OPEN_BRACE,
     OPEN_BRACKET,
     QUOTE,
-    kernel,
     matches,
     plain_string_end,
     powers_of_five,
     read_number_array,
     skip_space,
 )
+from learning.jit import jit_no_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _MIN_INSTANCE_BYTES = 14
 _BYTES_PER_NUMBER = 2
 
 
-@kernel
+@jit_no_runtime
 def _key(data: Any, position: int, end: int, word: Any) -> int:  # pragma: no cover - compiled
     """Position after ``"word"`` and its colon (and spaces) at ``position``, else -1."""
     if position >= end or data[position] != QUOTE:
@@ -72,7 +72,7 @@ def _key(data: Any, position: int, end: int, word: Any) -> int:  # pragma: no co
     return skip_space(data, position + 1, end)
 
 
-@kernel
+@jit_no_runtime
 def _instance(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     position: int,
@@ -99,7 +99,7 @@ def _instance(  # noqa: PLR0917 - numba kernels take positional arrays
     return position + 1
 
 
-@kernel
+@jit_no_runtime
 def _instances(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     position: int,
@@ -132,7 +132,7 @@ def _instances(  # noqa: PLR0917 - numba kernels take positional arrays
         return -1, 0
 
 
-@kernel
+@jit_no_runtime
 def _parse_body(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     X: Any,

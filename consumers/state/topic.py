@@ -1,7 +1,7 @@
 """The state topic's records: one compacted record per (group, model), the checkpoint's framing.
 
 A state record is what a local checkpoint file holds, in the same checksummed frame
-(:func:`consumers.checkpoint.frame`)::
+(:func:`consumers.state.checkpoint.frame`)::
 
     key   = UTF-8 JSON {"group": <consumer group>, "model": <model id>} (sorted keys, compact)
     value = MAGIC | sequence (u64 BE) | payload length (u64 BE) | SHA-256 of payload | payload
@@ -25,8 +25,8 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from consumers.checkpoint import HEADER, CheckpointError, frame, unframe
-from consumers.state_chunks import StateAssembler
+from consumers.state.checkpoint import HEADER, CheckpointError, frame, unframe
+from consumers.state.chunks import StateAssembler
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def decode_state_record(value: bytes | None) -> bytes:
     >>> decode_state_record(b"garbage")
     Traceback (most recent call last):
     ...
-    consumers.state_topic.StateRecordError: bad state record: truncated: 7 bytes, shorter than the 56-byte header
+    consumers.state.topic.StateRecordError: bad state record: truncated: 7 bytes, shorter than the 56-byte header
     """  # noqa: E501
     if value is None:
         raise StateRecordError("bad state record: a tombstone (no value)")

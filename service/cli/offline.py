@@ -1,8 +1,8 @@
 """``novikoff fit``: offline epochs over a file with the service's own decoder and learner.
 
-Events are decoded by :class:`consumers.events.EventDecoder`, exactly as the consumer decodes
-them, and learned by the learner the settings describe; the first epoch over a file in stream
-order is therefore bit-identical to what the service learns from the same events.
+Events are decoded by :class:`consumers.decoding.events.EventDecoder`, exactly as the consumer
+decodes them, and learned by the learner the settings describe; the first epoch over a file in
+stream order is therefore bit-identical to what the service learns from the same events.
 """
 
 from __future__ import annotations
@@ -19,10 +19,17 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers.events import DecodedBatch, EventDecoder, LabelLookup, Matrix, Record, stack_rows
+from consumers.decoding.events import (
+    DecodedBatch,
+    EventDecoder,
+    LabelLookup,
+    Matrix,
+    Record,
+    stack_rows,
+)
 from learning import BoundTracker, EpochReport, MulticlassPerceptron, fit_epochs
+from service.cli.produce import file_records
 from service.model import Learner, build_learner, build_tracker
-from service.produce import file_records
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -1,14 +1,14 @@
 """``POST /predict`` without a framework in the way: bytes in, bytes out.
 
 The request body is parsed by orjson and checked by hand (no pydantic on the hot path); features
-go through the consumer's :func:`~consumers.events.validate_features` (dense) or
-:func:`~consumers.events.validate_sparse_features` and the encoder's ``encode_sparse_batch``
-(object-valued features, which become a :class:`~learning.sparse.CSRBatch` as in the consumer,
-never a dense row), so HTTP refuses exactly what the consumer refuses, with the same codes, the
-per-event feature bound (``too_many_features``) included. A batch of dense instances is first
-read by a compiled reader straight into the feature matrix (:mod:`service._fastbody`, exact or
-silent); otherwise it is parsed by orjson, checked and converted in bulk, and only when the bulk
-check fails are rows inspected one by one to say which ones are wrong. Predictions read one
+go through the consumer's :func:`~consumers.decoding.events.validate_features` (dense) or
+:func:`~consumers.decoding.events.validate_sparse_features` and the encoder's
+``encode_sparse_batch`` (object-valued features, which become a :class:`~learning.sparse.CSRBatch`
+as in the consumer, never a dense row), so HTTP refuses exactly what the consumer refuses, with the
+same codes, the per-event feature bound (``too_many_features``) included. A batch of dense instances
+is first read by a compiled reader straight into the feature matrix (:mod:`service.http._fastbody`,
+exact or silent); otherwise it is parsed by orjson, checked and converted in bulk, and only when the
+bulk check fails are rows inspected one by one to say which ones are wrong. Predictions read one
 immutable model snapshot per request.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from consumers.events import (
+from consumers.decoding.events import (
     DUPLICATE_KEY,
     MAX_NESTING_DEPTH,
     NOT_JSON,
@@ -39,11 +39,11 @@ from consumers.events import (
     validate_features,
     validate_sparse_features,
 )
-from consumers.fastjson import count_markers
+from consumers.decoding.scan import count_markers
 from learning import PREDICTORS, DenseEncoder, FeatureError, Predictor
 from learning.encoders import MAX_ABS_FEATURE, Encoder, as_sparse
-from service._fastbody import DenseInstances, parse_dense_instances
-from service.problems import FieldError, Problem
+from service.http._fastbody import DenseInstances, parse_dense_instances
+from service.http.problems import FieldError, Problem
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class PredictHandler:
 
         The caller has established that ``numbers`` holds ints and floats only (no booleans).
         The range is the encoders' (finite, within ``MAX_ABS_FEATURE``), so this path accepts
-        exactly what :func:`~consumers.events.validate_features` accepts.
+        exactly what :func:`~consumers.decoding.events.validate_features` accepts.
         """
         try:
             flat = np.fromiter(numbers, np.float64, count * width)

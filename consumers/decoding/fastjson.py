@@ -1,4 +1,4 @@
-"""A compiled parser for the common shape of a dense event, exact or silent.
+"""The compiled JSON reader: the dense event parser and the numba JSON kernels it is built from.
 
 :func:`parse_dense` reads a whole batch of record values (one joined byte buffer) in one numba
 pass and fills the feature matrix directly, without creating a Python object per number. It
@@ -17,6 +17,18 @@ Escalated
     values, numbers with more than 19 significant digits, numbers whose double is subnormal or
     infinite, trailing bytes, and so on.
 
+Kernels for other compiled readers
+    The service's ``POST /predict`` body reader builds on the same kernels, so it converts
+    numbers and recognises tokens exactly as the decoder does. Each reads a ``uint8`` array
+    ``data`` between ``position`` and ``end`` and answers ``-1`` where it cannot decide (the
+    caller then takes its general path): :func:`skip_space`, :func:`plain_string_end`,
+    :func:`matches`, :func:`parse_number` (a JSON number, bit-identical to ``float()`` and
+    orjson) and :func:`read_number_array` (an array of an exact number of bounded numbers, into a
+    row of a matrix); the last two take the ``(high, low)`` tables of :func:`powers_of_five`.
+    Call them from code compiled with :func:`learning.jit.jit_no_runtime`. The structural bytes
+    of the grammar are :data:`QUOTE`, :data:`COMMA`, :data:`COLON`, :data:`OPEN_BRACE`,
+    :data:`CLOSE_BRACE`, :data:`OPEN_BRACKET` and :data:`CLOSE_BRACKET`.
+
 Numbers are converted with the Clinger fast path when it is exact, else with the Eisel-Lemire
 algorithm (Lemire, "Number parsing at a gigabyte per second", 2021; the 128-bit product needs no
 fallback for 19-digit significands: Mushtak and Lemire, "Fast number parsing without fallback",
@@ -30,13 +42,14 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
-import numba
 import numpy as np
 from llvmlite import ir  # type: ignore[import-untyped]
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
+
+from learning.jit import jit_no_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -126,21 +139,6 @@ _QUADRICENTURY = 400
 _LEAP_CYCLE = 4
 _RFC3339_MIN_LENGTH = 20
 _RFC3339_OFFSET_LENGTH = 6
-
-
-_Function = TypeVar("_Function", bound=Callable[..., Any])
-
-
-def kernel(function: _Function) -> _Function:
-    """Compile with numba, without its runtime.
-
-    These kernels never allocate; without the runtime, passing an array to a helper costs no
-    atomic reference counting (measured here: 18 ns per call with it, nothing without).
-    """
-    compiled = numba.njit(  # type: ignore[call-overload]
-        nogil=True, cache=True, _nrt=False, error_model="numpy"
-    )(function)
-    return cast(_Function, compiled)
 
 
 @functools.cache
@@ -237,7 +235,7 @@ _bits_to_double: Any = intrinsic(_bits_to_double_intrinsic)
 _load_word: Any = intrinsic(_load_word_intrinsic)
 
 
-@kernel
+@jit_no_runtime
 def _eight_digits(data: Any, position: int) -> tuple[bool, Any]:  # pragma: no cover - compiled
     """(True, value) when data[position:position + 8] are eight ASCII digits (SWAR, no loop)."""
     word = _load_word(data, position)
@@ -251,7 +249,7 @@ def _eight_digits(data: Any, position: int) -> tuple[bool, Any]:  # pragma: no c
     return True, word & _U32_MASK
 
 
-@kernel
+@jit_no_runtime
 def decimal_to_double(
     significand: Any, power: int, negative: bool, high: Any, low: Any
 ) -> tuple[bool, float]:  # pragma: no cover - compiled
@@ -304,7 +302,7 @@ def decimal_to_double(
     return True, _bits_to_double(bits)
 
 
-@kernel
+@jit_no_runtime
 def skip_space(data: Any, position: int, end: int) -> int:  # pragma: no cover - compiled
     """The first position at or after ``position`` that is not JSON white space."""
     while position < end:
@@ -315,12 +313,12 @@ def skip_space(data: Any, position: int, end: int) -> int:  # pragma: no cover -
     return position
 
 
-@kernel
+@jit_no_runtime
 def _is_digit(byte: int) -> bool:  # pragma: no cover - compiled
     return _ZERO <= byte <= _NINE
 
 
-@kernel
+@jit_no_runtime
 def _digits_run(
     data: Any, position: int, end: int, value: Any
 ) -> tuple[int, Any]:  # pragma: no cover
@@ -340,7 +338,7 @@ def _digits_run(
     return position, value
 
 
-@kernel
+@jit_no_runtime
 def parse_number(
     data: Any, position: int, end: int, high: Any, low: Any
 ) -> tuple[int, float, bool]:  # pragma: no cover - compiled
@@ -406,7 +404,7 @@ def parse_number(
     return position, value, integer
 
 
-@kernel
+@jit_no_runtime
 def read_number_array(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     position: int,
@@ -446,7 +444,7 @@ def read_number_array(  # noqa: PLR0917 - numba kernels take positional arrays
     return position + 1
 
 
-@kernel
+@jit_no_runtime
 def plain_string_end(data: Any, position: int, end: int) -> int:  # pragma: no cover - compiled
     """Index of the closing quote of a printable-ASCII string without escapes, else -1."""
     while position < end:
@@ -459,7 +457,7 @@ def plain_string_end(data: Any, position: int, end: int) -> int:  # pragma: no c
     return -1
 
 
-@kernel
+@jit_no_runtime
 def matches(data: Any, start: int, stop: int, word: Any) -> bool:  # pragma: no cover
     """Whether data[start:stop] holds exactly the bytes of ``word``."""
     if stop - start != word.shape[0]:
@@ -470,7 +468,7 @@ def matches(data: Any, start: int, stop: int, word: Any) -> bool:  # pragma: no 
     return True
 
 
-@kernel
+@jit_no_runtime
 def _key_code(data: Any, start: int, stop: int) -> int:  # pragma: no cover - compiled
     if matches(data, start, stop, _FEATURES_KEY):
         return _KEY_FEATURES
@@ -483,7 +481,7 @@ def _key_code(data: Any, start: int, stop: int) -> int:  # pragma: no cover - co
     return -1
 
 
-@kernel
+@jit_no_runtime
 def _digits(data: Any, start: int, count: int) -> int:  # pragma: no cover - compiled
     """The number written by ``count`` ASCII digits at ``start``, or -1."""
     value = 0
@@ -494,7 +492,7 @@ def _digits(data: Any, start: int, count: int) -> int:  # pragma: no cover - com
     return value
 
 
-@kernel
+@jit_no_runtime
 def _days_in_month(year: int, month: int, days: Any) -> int:  # pragma: no cover - compiled
     if month == _FEBRUARY and (
         year % _QUADRICENTURY == 0 or (year % _LEAP_CYCLE == 0 and year % _CENTURY != 0)
@@ -503,7 +501,7 @@ def _days_in_month(year: int, month: int, days: Any) -> int:  # pragma: no cover
     return int(days[month - 1])
 
 
-@kernel
+@jit_no_runtime
 def rfc3339_valid(data: Any, start: int, stop: int, days: Any) -> bool:  # pragma: no cover
     """Whether data[start:stop] is an RFC 3339 date-time on a real calendar day."""
     if stop - start < _RFC3339_MIN_LENGTH:
@@ -549,7 +547,7 @@ def rfc3339_valid(data: Any, start: int, stop: int, days: Any) -> bool:  # pragm
     return 0 <= offset_hour <= _LAST_HOUR and 0 <= offset_minute <= _LAST_MINUTE
 
 
-@kernel
+@jit_no_runtime
 def _label_slot(  # noqa: PLR0917 - numba kernels take positional arguments
     data: Any,
     start: int,
@@ -590,7 +588,7 @@ def _label_slot(  # noqa: PLR0917 - numba kernels take positional arguments
     return -1
 
 
-@kernel
+@jit_no_runtime
 def _integer_token_end(data: Any, position: int, end: int) -> int:  # pragma: no cover
     """End of a JSON integer token (no fraction, no exponent), else -1."""
     p = position
@@ -605,7 +603,7 @@ def _integer_token_end(data: Any, position: int, end: int) -> int:  # pragma: no
     return p
 
 
-@kernel
+@jit_no_runtime
 def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     start: int,
@@ -721,7 +719,7 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     return label, id_start, id_stop
 
 
-@kernel
+@jit_no_runtime
 def _parse_all(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     starts: Any,
