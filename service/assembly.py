@@ -141,13 +141,15 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     if settings.service.role == "replica":
         # A replica's model comes from Kafka only: no checkpoint, no events consumer. In mixing
         # mode it follows the contributions topic, otherwise the state topic.
-        follower = build_mixing_runner(settings, engine) if settings.mixing.enabled else None
+        follower = (
+            build_mixing_runner(settings, engine, metrics) if settings.mixing.enabled else None
+        )
         replica = Replica(settings, engine, metrics, mixing=follower)
         runner = replica.follower
         app = create_app(settings, replica, replica, metrics)
     elif settings.mixing.enabled:
         # Mixing mode: the model lives in the contributions topic; no local checkpoint.
-        mixing = build_mixing_runner(settings, engine)
+        mixing = build_mixing_runner(settings, engine, metrics)
         runner = mixing
         app = create_app(settings, engine, mixing, metrics)
     else:
@@ -178,7 +180,7 @@ def build_service(settings: Settings, registry: CollectorRegistry | None = None)
     return Service(settings, registry, metrics, engine, runner, app, http)
 
 
-def build_mixing_runner(settings: Settings, engine: Engine) -> MixingRunner:
+def build_mixing_runner(settings: Settings, engine: Engine, metrics: Metrics) -> MixingRunner:
     """The mixing-mode worker (``[mixing] round_events > 0``); a replica's learns nothing."""
     template = engine.tracker
     return MixingRunner(
@@ -198,6 +200,7 @@ def build_mixing_runner(settings: Settings, engine: Engine) -> MixingRunner:
         ),
         ensure_topics=lambda: ensure_contributions_topic(settings),
         learns=settings.service.role != "replica",
+        fault_observer=metrics,
     )
 
 

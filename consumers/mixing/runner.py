@@ -37,7 +37,7 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 
 from consumers.dlq import default_dead_letter_topic
 from consumers.engine import Engine
-from consumers.faults import ConsumerFault
+from consumers.faults import ConsumerFault, FaultObserver, NullFaultObserver, classify
 from consumers.kafka_clients import RunnerSettings
 from consumers.mixing._kafka import kafka_consumer, restore_parked_records
 from consumers.mixing.contribution import Contribution, ContributionError
@@ -134,6 +134,8 @@ class MixingRunner:
         Creates the contributions topic when it is missing.
     consumer_builder, producer_builder
         kafka-python clients (tests may pass their own).
+    fault_observer
+        Told of every Kafka client error (the service's ``novikoff_consumer_errors_total``).
     learns
         ``False`` for a read replica: no events consumer, no group, no shard; it only follows the
         contributions topic and serves the mixed models (:attr:`caught_up_at` says how fresh).
@@ -151,9 +153,13 @@ class MixingRunner:
         consumer_builder: ConsumerBuilder = kafka_consumer,
         producer_builder: ProducerBuilder = kafka_transactional_producer,
         learns: bool = True,
+        fault_observer: FaultObserver | None = None,
     ) -> None:
         self._engine = engine
         self._learns = learns
+        self._fault_observer = fault_observer or NullFaultObserver()
+        self._fault: ConsumerFault | None = None
+        self._reported: set[tuple[Any, str]] = set()
         self._caught_up_at: float | None = None
         self._end_checked_at = 0.0
         self._settings = settings
@@ -196,8 +202,8 @@ class MixingRunner:
 
     @property
     def fault(self) -> ConsumerFault | None:
-        """Errors retrying cannot fix are not classified in mixing mode yet."""
-        return None
+        """The standing error retrying cannot fix (codec, authorization), as the runner's."""
+        return None if self._connected else self._fault
 
     @property
     def running(self) -> bool:
@@ -253,17 +259,43 @@ class MixingRunner:
                         self._open()
                     self._turn()
                     delay = self._settings.backoff_seconds
+                    self._fault = None
+                    self._reported.clear()
                 except Exception as exc:
-                    logger.warning("mixing runner error: %r; reconnecting", exc)
                     self._connected = False
-                    self._reason = f"mixing: {exc!r}"
+                    self._on_error(exc)
                     self._close()
+                    if self._fault is not None:
+                        delay = self._settings.backoff_max_seconds
                     self._stop.wait(delay)
                     delay = min(self._settings.backoff_max_seconds, delay * 2)
         finally:
             self._close()
             self._connected = False
             self._reason = "the consumer has stopped"
+
+    def _on_error(self, exc: Exception) -> None:
+        """Count every error; one ERROR line per distinct cause retrying cannot fix."""
+        fault = classify(exc, topic=self._settings.topic, group=self._settings.group)
+        try:
+            self._fault_observer.on_consumer_error(fault)
+        except Exception as observer_error:
+            logger.warning("fault observer failed: %r", observer_error)
+        if fault.retriable:
+            logger.warning("mixing runner error: %r; reconnecting", exc)
+            self._reason = f"mixing: {exc!r}"
+            return
+        self._fault = fault
+        self._reason = fault.reason
+        key = (fault.kind, fault.cause)
+        if key not in self._reported:
+            self._reported.add(key)
+            logger.error(
+                "mixing cannot learn: %s; fix: %s",
+                fault.cause,
+                fault.fix,
+                extra={"fault": fault.kind.value},
+            )
 
     # -- connection -----------------------------------------------------------------------------
 
