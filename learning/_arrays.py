@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning._voter_index import build_index
 from learning._voters import DENSE_RUN, NO_ROW, empty_log, log_needs_room
 from learning.errors import StateError
 
@@ -46,6 +47,11 @@ they take at most this much: dimension x max_voters x 8 bytes. They make the vot
 pass over x (see learning._voters.vote_binary_columns); larger models vote from the log alone."""
 NO_COLUMNS = np.zeros((0, 0))
 KERNEL_ARRAYS = frozenset({*ARRAY_DTYPES, "voter_columns"})
+INDEX_STAMP_COUNTERS = (
+    k.UPDATES, k.DROPPED_VOTERS, k.N_VOTERS, k.LOG_HEAD, k.POOL_USED, k.POOL_TAIL,
+)  # fmt: skip
+"""Counters that change whenever the log does: the per-column index is current while they and
+the log's arrays are those it was last kept up to date with."""
 
 
 def entry_bytes(touched_rows: int) -> int:
@@ -59,6 +65,15 @@ def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.gener
     grown = np.zeros(shape, dtype=array.dtype)
     grown[tuple(slice(0, size) for size in array.shape)] = array
     return grown
+
+
+def _same_stamp(first: tuple[object, ...], second: tuple[object, ...]) -> bool:
+    """Stamps agree: the very same log array (identity) and equal sizes and counters."""
+    return (
+        len(first) == len(second)
+        and first[0] is second[0]
+        and all(a == b for a, b in zip(first[1:], second[1:], strict=True))
+    )
 
 
 def _grown(current: int, needed: int, bound: int) -> int:
@@ -94,6 +109,9 @@ class LinearState:
     voter_columns: NDArray[np.float64]
     counters: NDArray[np.int64]
     rng: NDArray[np.uint64]
+    _index: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+    """The log's per-column index (learning._voter_index): derived, never saved or copied."""
+    _index_stamp: tuple[object, ...] = ()
     irregular: set[str]
     """Arrays that are not writable and C-contiguous (a read-only copy's): empty for every state
     this module builds, and the single-event kernels' compiled entries take the arrays as such
@@ -199,6 +217,26 @@ class LinearState:
             columns[:, (head + age) % capacity] = weights[0]
         self.voter_columns = columns
         return columns
+
+    def _log_stamp(self) -> tuple[object, ...]:
+        counters = tuple(int(self.counters[index]) for index in INDEX_STAMP_COUNTERS)
+        return (self.log_cols, self.dimension, *counters)
+
+    def voter_index(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(column_newest, links): the log's per-column index, rebuilt when the log changed
+        without it; empty while the log holds a dense run (see learning._voter_index)."""
+        stamp = self._log_stamp()
+        if self._index is None or not _same_stamp(stamp, self._index_stamp):
+            self._index = build_index(
+                self.log_counts, self.log_start, self.log_len, self.log_cols, self.counters,
+                self.dimension,
+            )  # fmt: skip
+            self._index_stamp = stamp
+        return self._index
+
+    def index_kept(self) -> None:
+        """The kernel kept :meth:`voter_index` up to date with the log's changes."""
+        self._index_stamp = self._log_stamp()
 
     def longest_entry(self) -> int:
         """The most entries a kept voter's update holds (0 without voters)."""
