@@ -9,6 +9,7 @@ product. The log grows (doubling) up to its bounds before a batch needs the room
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,6 +68,41 @@ def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.gener
     return grown
 
 
+SNAPSHOT_BUFFERS = 2
+"""Pairs of (weights, weight_sums) buffers a state keeps for its snapshots (see SnapshotPool)."""
+UNSHARED_REFERENCES = 3
+"""``sys.getrefcount`` of a pooled buffer nothing else holds: the pool's list, the loop variable
+and getrefcount's own argument. Any snapshot, view or reader holding it adds one."""
+POOLED_ARRAYS = ("weights", "weight_sums")
+
+
+class SnapshotPool:
+    """Reusable read-only copies of the weights for snapshots: no fresh memory per snapshot.
+
+    A fresh 2^18-coordinate copy costs mostly page faults, not copying. A pooled buffer is
+    rewritten only while nothing but the pool references it (CPython reference counts are exact:
+    a snapshot, a view of it or a reader holding either keeps it), so a snapshot a reader holds
+    never changes. When every buffer is held, a new copy is made (and pooled if there is room).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: list[NDArray[np.float64]] = []
+
+    def copy_of(self, array: NDArray[np.float64]) -> NDArray[np.float64]:
+        """A read-only copy of ``array``."""
+        for buffer in self._buffers:
+            if sys.getrefcount(buffer) <= UNSHARED_REFERENCES and buffer.shape == array.shape:
+                buffer.flags.writeable = True
+                np.copyto(buffer, array)
+                buffer.flags.writeable = False
+                return buffer
+        copy = array.copy()
+        copy.flags.writeable = False
+        if len(self._buffers) < SNAPSHOT_BUFFERS * len(POOLED_ARRAYS):
+            self._buffers.append(copy)
+        return copy
+
+
 def _same_stamp(first: tuple[object, ...], second: tuple[object, ...]) -> bool:
     """Stamps agree: the very same log array (identity) and equal sizes and counters."""
     return (
@@ -112,6 +148,8 @@ class LinearState:
     _index: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
     """The log's per-column index (learning._voter_index): derived, never saved or copied."""
     _index_stamp: tuple[object, ...] = ()
+    _snapshot_pool: SnapshotPool | None = None
+    """Buffers of :meth:`compact_copy` (derived, never saved or copied)."""
     irregular: set[str]
     """Arrays that are not writable and C-contiguous (a read-only copy's): empty for every state
     this module builds, and the single-event kernels' compiled entries take the arrays as such
@@ -322,8 +360,12 @@ class LinearState:
     def compact_copy(self) -> LinearState:
         """A read-only deep copy with the log in canonical order (for snapshots and saving)."""
         copy = LinearState.__new__(LinearState)
+        if self._snapshot_pool is None:
+            self._snapshot_pool = SnapshotPool()
         for name in ARRAY_DTYPES:
-            if name not in LOG_ARRAYS:
+            if name in POOLED_ARRAYS:
+                setattr(copy, name, self._snapshot_pool.copy_of(getattr(self, name)))
+            elif name not in LOG_ARRAYS:
                 setattr(copy, name, getattr(self, name).copy())
         for name, array in self.ordered_log().items():
             setattr(copy, name, array)

@@ -3,7 +3,7 @@
 :func:`learning._voters.vote_binary` walks every kept log entry per event (O(voters x nnz of an
 update)), though few of them touch the row's columns. The index finds exactly those: for each
 weight column c, ``column_newest[c]`` is the newest entry position naming c, and each entry p
-links to the next older entry of its column (``links[PREV, p]``); ``links[VOTER, p]`` is the
+links to the next older entry of its column (``links[p, PREV]``); ``links[p, VOTER]`` is the
 sequence number of the voter whose update wrote it. Voter sequence numbers grow by one per kept
 voter: the live ones are ``counters[DROPPED_VOTERS]`` .. ``counters[DROPPED_VOTERS] +
 counters[N_VOTERS] - 1`` (dropping the oldest moves one count from N_VOTERS to DROPPED_VOTERS).
@@ -38,15 +38,16 @@ from learning._voters import DENSE_RUN
 
 PREV = 0
 VOTER = 1
-"""Rows of ``links``: the next older entry of the same column, and the writing voter's number."""
+"""Columns of ``links`` (one row per entry position, so one hop reads one cache line): the next
+older entry of the same column, and the writing voter's number."""
 NO_ENTRY = -1
-LINK_ROWS = 2
+LINK_FIELDS = 2
 VoteScratch = tuple[Ints, Floats, Ints, Ints, Ints, Floats, Floats]
 
 
 def empty_index() -> tuple[Ints, Ints]:
     """(column_newest, links) meaning "no index": the kernels then walk the whole log."""
-    return np.zeros(0, dtype=np.int64), np.zeros((LINK_ROWS, 0), dtype=np.int64)
+    return np.zeros(0, dtype=np.int64), np.zeros((0, LINK_FIELDS), dtype=np.int64)
 
 
 @_jit
@@ -57,7 +58,7 @@ def live_entry(  # noqa: PLR0917 - numba kernels take positional arrays
     ``newer`` (see the module invariant)."""
     if p < 0:
         return False
-    voter = links[VOTER, p]
+    voter = links[p, VOTER]
     return bool(log_cols[p] == c and oldest <= voter < newer)
 
 
@@ -79,9 +80,9 @@ def link_entries(  # noqa: PLR0917 - numba kernels take positional arrays
             p -= capacity
         c = log_cols[p]
         q = column_newest[c]
-        # links[VOTER, p] still names p's freed voter (or none) here, so q == p is not live.
-        links[PREV, p] = q if live_entry(q, c, log_cols, links, oldest, voter) else NO_ENTRY
-        links[VOTER, p] = voter
+        # links[p, VOTER] still names p's freed voter (or none) here, so q == p is not live.
+        links[p, PREV] = q if live_entry(q, c, log_cols, links, oldest, voter) else NO_ENTRY
+        links[p, VOTER] = voter
         column_newest[c] = p
         p += 1
 
@@ -97,9 +98,9 @@ def build_index(  # noqa: PLR0917 - numba kernels take positional arrays
     for age in range(n_voters):
         slot = (counters[LOG_HEAD] + age) % capacity
         if log_len[slot] > 0 and log_cols[log_start[slot]] == DENSE_RUN:
-            return np.zeros(0, dtype=np.int64), np.zeros((LINK_ROWS, 0), dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), np.zeros((0, LINK_FIELDS), dtype=np.int64)
     column_newest = np.full(width, NO_ENTRY, dtype=np.int64)
-    links = np.full((LINK_ROWS, log_cols.shape[0]), NO_ENTRY, dtype=np.int64)
+    links = np.full((log_cols.shape[0], LINK_FIELDS), NO_ENTRY, dtype=np.int64)
     oldest = counters[DROPPED_VOTERS]
     for age in range(n_voters):
         slot = (counters[LOG_HEAD] + age) % capacity
@@ -190,14 +191,14 @@ def vote_binary_indexed(  # noqa: PLR0917 - numba kernels take positional arrays
         p = column_newest[c]
         newer = newest + 1
         while live_entry(p, c, log_cols, links, oldest, newer):
-            newer = links[VOTER, p]
+            newer = links[p, VOTER]
             age = newest - newer
             j = hit_count[age]
             hit_k[age, j] = q
             hit_old[age, j] = log_old[0, p]
             hit_count[age] = j + 1
             hit_lanes[age] |= bit
-            p = links[PREV, p]
+            p = links[p, PREV]
     for lane in range(UNROLL):
         total = 0.0
         for q in range(starts[lane], starts[lane + 1]):
