@@ -286,7 +286,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     longest = longest_row(indptr, width, n) if prequential_voted else 0
     view = np.empty(longest)
     by_columns = voter_columns.shape[0] > 0
-    scratch = vote_scratch(log_counts.shape[0] if indexed else 0, longest)
+    scratch = vote_scratch(log_counts.shape[0], longest) if indexed else vote_scratch(0, 0)
     positions = position_map(
         n, dense, w.shape[0], prequential_voted and not by_columns and not indexed
     )
