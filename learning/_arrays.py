@@ -9,6 +9,7 @@ product. The log grows (doubling) up to its bounds before a batch needs the room
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning._voter_index import build_index
 from learning._voters import DENSE_RUN, NO_ROW, empty_log, log_needs_room
 from learning.errors import StateError
 
@@ -46,6 +48,11 @@ they take at most this much: dimension x max_voters x 8 bytes. They make the vot
 pass over x (see learning._voters.vote_binary_columns); larger models vote from the log alone."""
 NO_COLUMNS = np.zeros((0, 0))
 KERNEL_ARRAYS = frozenset({*ARRAY_DTYPES, "voter_columns"})
+INDEX_STAMP_COUNTERS = (
+    k.UPDATES, k.DROPPED_VOTERS, k.N_VOTERS, k.LOG_HEAD, k.POOL_USED, k.POOL_TAIL,
+)  # fmt: skip
+"""Counters that change whenever the log does: the per-column index is current while they and
+the log's arrays are those it was last kept up to date with."""
 
 
 def entry_bytes(touched_rows: int) -> int:
@@ -59,6 +66,50 @@ def _pad(array: NDArray[np.generic], shape: tuple[int, ...]) -> NDArray[np.gener
     grown = np.zeros(shape, dtype=array.dtype)
     grown[tuple(slice(0, size) for size in array.shape)] = array
     return grown
+
+
+SNAPSHOT_BUFFERS = 2
+"""Pairs of (weights, weight_sums) buffers a state keeps for its snapshots (see SnapshotPool)."""
+UNSHARED_REFERENCES = 3
+"""``sys.getrefcount`` of a pooled buffer nothing else holds: the pool's list, the loop variable
+and getrefcount's own argument. Any snapshot, view or reader holding it adds one."""
+POOLED_ARRAYS = ("weights", "weight_sums")
+
+
+class SnapshotPool:
+    """Reusable read-only copies of the weights for snapshots: no fresh memory per snapshot.
+
+    A fresh 2^18-coordinate copy costs mostly page faults, not copying. A pooled buffer is
+    rewritten only while nothing but the pool references it (CPython reference counts are exact:
+    a snapshot, a view of it or a reader holding either keeps it), so a snapshot a reader holds
+    never changes. When every buffer is held, a new copy is made (and pooled if there is room).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: list[NDArray[np.float64]] = []
+
+    def copy_of(self, array: NDArray[np.float64]) -> NDArray[np.float64]:
+        """A read-only copy of ``array``."""
+        for buffer in self._buffers:
+            if sys.getrefcount(buffer) <= UNSHARED_REFERENCES and buffer.shape == array.shape:
+                buffer.flags.writeable = True
+                np.copyto(buffer, array)
+                buffer.flags.writeable = False
+                return buffer
+        copy = array.copy()
+        copy.flags.writeable = False
+        if len(self._buffers) < SNAPSHOT_BUFFERS * len(POOLED_ARRAYS):
+            self._buffers.append(copy)
+        return copy
+
+
+def _same_stamp(first: tuple[object, ...], second: tuple[object, ...]) -> bool:
+    """Stamps agree: the very same log array (identity) and equal sizes and counters."""
+    return (
+        len(first) == len(second)
+        and first[0] is second[0]
+        and all(a == b for a, b in zip(first[1:], second[1:], strict=True))
+    )
 
 
 def _grown(current: int, needed: int, bound: int) -> int:
@@ -94,6 +145,11 @@ class LinearState:
     voter_columns: NDArray[np.float64]
     counters: NDArray[np.int64]
     rng: NDArray[np.uint64]
+    _index: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+    """The log's per-column index (learning._voter_index): derived, never saved or copied."""
+    _index_stamp: tuple[object, ...] = ()
+    _snapshot_pool: SnapshotPool | None = None
+    """Buffers of :meth:`compact_copy` (derived, never saved or copied)."""
     irregular: set[str]
     """Arrays that are not writable and C-contiguous (a read-only copy's): empty for every state
     this module builds, and the single-event kernels' compiled entries take the arrays as such
@@ -200,6 +256,26 @@ class LinearState:
         self.voter_columns = columns
         return columns
 
+    def _log_stamp(self) -> tuple[object, ...]:
+        counters = tuple(int(self.counters[index]) for index in INDEX_STAMP_COUNTERS)
+        return (self.log_cols, self.dimension, *counters)
+
+    def voter_index(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(column_newest, links): the log's per-column index, rebuilt when the log changed
+        without it; empty while the log holds a dense run (see learning._voter_index)."""
+        stamp = self._log_stamp()
+        if self._index is None or not _same_stamp(stamp, self._index_stamp):
+            self._index = build_index(
+                self.log_counts, self.log_start, self.log_len, self.log_cols, self.counters,
+                self.dimension,
+            )  # fmt: skip
+            self._index_stamp = stamp
+        return self._index
+
+    def index_kept(self) -> None:
+        """The kernel kept :meth:`voter_index` up to date with the log's changes."""
+        self._index_stamp = self._log_stamp()
+
     def longest_entry(self) -> int:
         """The most entries a kept voter's update holds (0 without voters)."""
         n = self.counter(k.N_VOTERS)
@@ -284,8 +360,12 @@ class LinearState:
     def compact_copy(self) -> LinearState:
         """A read-only deep copy with the log in canonical order (for snapshots and saving)."""
         copy = LinearState.__new__(LinearState)
+        if self._snapshot_pool is None:
+            self._snapshot_pool = SnapshotPool()
         for name in ARRAY_DTYPES:
-            if name not in LOG_ARRAYS:
+            if name in POOLED_ARRAYS:
+                setattr(copy, name, self._snapshot_pool.copy_of(getattr(self, name)))
+            elif name not in LOG_ARRAYS:
                 setattr(copy, name, getattr(self, name).copy())
         for name, array in self.ordered_log().items():
             setattr(copy, name, array)

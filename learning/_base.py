@@ -35,7 +35,9 @@ Counting the voted predictor's prequential mistakes means a vote on every event:
 back from the live weights, newest voter first, and the vote stops as soon as the votes left cannot
 change its outcome. On a stream the perceptron is converging on, the live voter's survival count
 soon decides alone; on a stream with persistent noise a vote visits most voters, O(voters x nnz)
-per event. So the per-event vote is a hyperparameter, ``prequential_voted``, **off by default**:
+per event (a sparse batch finds each voter's entries on x's columns through a per-column index of
+the log, :mod:`learning._voter_index`, instead of walking every entry). So the per-event vote is
+a hyperparameter, ``prequential_voted``, **off by default**:
 the voted predictor itself is always maintained (at a cost per update, not per event) and can
 predict at any time; only its prequential mistake count needs the flag. ``last`` and ``averaged``
 are always counted (averaged costs one more dot product).
@@ -69,6 +71,7 @@ from learning._rows import (
     value_error,
 )
 from learning._single import NO_CHECK
+from learning._voter_index import empty_index
 from learning.encoders import MAX_ABS_FEATURE, Encoder, VocabularyEncoder
 from learning.errors import FeatureError
 from learning.predictor import (
@@ -228,7 +231,9 @@ class LinearLearner(_ClassifierBase):
         """
         state = self._state
         mistakes, predictions, margins = outputs
-        return self._learning_kernel(
+        voter_columns = self._voter_columns()
+        column_newest, links = self._voter_index(rows[3] > 0, voter_columns)
+        bad = self._learning_kernel(
             *rows,
             y,
             state.weights,
@@ -242,7 +247,9 @@ class LinearLearner(_ClassifierBase):
             state.log_old,
             state.counters,
             state.rng,
-            self._voter_columns(),
+            voter_columns,
+            column_newest,
+            links,
             self.max_voters,
             self._max_entries,
             self.prequential_voted,
@@ -251,6 +258,18 @@ class LinearLearner(_ClassifierBase):
             predictions,
             margins,
         )
+        if column_newest.shape[0] > 0:
+            state.index_kept()
+        return int(bad)
+
+    def _voter_index(
+        self, dense: bool, voter_columns: NDArray[np.float64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The log's per-column index for a sparse batch's prequential vote from the log, else
+        empty (dense rows, multiclass, no vote, or dense voter copies in use)."""
+        if dense or self.multiclass or not self.prequential_voted or voter_columns.shape[0] > 0:
+            return empty_index()
+        return self._state.voter_index()
 
     def _fit_learning_width(self, rows: Rows) -> Rows:
         """Apply the width rules: exact, or (vocabularies) up to the encoder's dimension.

@@ -15,7 +15,9 @@ from numpy.typing import NDArray
 from learning._kernels import (
     ACTIVE_CLASSES,
     BORN_MODEL,
+    DROPPED_VOTERS,
     GOLDEN_GAMMA,
+    N_VOTERS,
     PARTIAL_SUMS,
     PQ_AVERAGED,
     PQ_LAST,
@@ -36,6 +38,7 @@ from learning._kernels import (
     row_span,
     sign,
 )
+from learning._voter_index import link_entries, vote_binary_indexed, vote_scratch
 from learning._voters import (
     DENSE_RUN,
     NO_ROW,
@@ -256,6 +259,8 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     counters: Ints,
     rng: NDArray[np.uint64],
     voter_columns: Floats,
+    column_newest: Ints,
+    links: Ints,
     max_voters: int,
     max_entries: int,
     prequential_voted: bool,
@@ -270,14 +275,21 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
     first bad row stops the batch untouched from that row on, and its index is returned (else -1).
     ``rng`` is unused: binary predictions never tie. ``voter_columns`` holds dense copies of the
     kept voters (one column per voter slot) when they are small, else it is empty (0 x 0).
+    ``column_newest`` and ``links``: the log's per-column index (see :mod:`learning._voter_index`)
+    for a sparse batch, kept up to date and used by the vote, or empty.
     """
     n = y.shape[0]
     dense = width > 0
+    indexed = column_newest.shape[0] > 0 and not dense and voter_columns.shape[0] == 0
     w = weights[0]
     a = weight_sums[0]
-    view = np.empty(longest_row(indptr, width, n) if prequential_voted else 0)
+    longest = longest_row(indptr, width, n) if prequential_voted else 0
+    view = np.empty(longest)
     by_columns = voter_columns.shape[0] > 0
-    positions = position_map(n, dense, w.shape[0], prequential_voted and not by_columns)
+    scratch = vote_scratch(log_counts.shape[0], longest) if indexed else vote_scratch(0, 0)
+    positions = position_map(
+        n, dense, w.shape[0], prequential_voted and not by_columns and not indexed
+    )
     lanes = np.empty((UNROLL, voter_columns.shape[1]))
     partial = np.empty(PARTIAL_SUMS)
     for i in range(n):
@@ -300,6 +312,11 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 acc = vote_binary_columns(
                     cols, vals, score, live, log_counts, counters, voter_columns, lanes, True
                 )
+            elif indexed:
+                acc = vote_binary_indexed(
+                    w, cols, vals, score, live, log_counts, log_cols, log_old, counters,
+                    column_newest, links, scratch, True,
+                )  # fmt: skip
             else:
                 acc = vote_binary(
                     w, cols, vals, dense, score, live, log_counts, log_start, log_len, log_cols,
@@ -327,6 +344,10 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
                 UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == vals.shape[0],
             )  # fmt: skip
+            if entry >= 0 and indexed:
+                oldest = counters[DROPPED_VOTERS]
+                voter = oldest + counters[N_VOTERS] - 1
+                link_entries(entry, touched, voter, oldest, log_cols, column_newest, links)
             counters[BORN_MODEL] = seen
             counters[UPDATES] += 1
         counters[SEEN] = seen + 1
@@ -390,6 +411,8 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
     counters: Ints,
     rng: NDArray[np.uint64],
     voter_columns: Floats,
+    column_newest: Ints,
+    links: Ints,
     max_voters: int,
     max_entries: int,
     prequential_voted: bool,
@@ -402,7 +425,8 @@ def learn_multiclass(  # noqa: PLR0917 - numba kernels take positional arrays
 
     The argmax runs over the classes active so far (``counters[ACTIVE_CLASSES]``): all declared
     classes, or the discovered ones up to the current event. ``limit`` and the return value are
-    as in :func:`learn_binary`; ``voter_columns`` is unused (empty).
+    as in :func:`learn_binary`; ``voter_columns``, ``column_newest`` and ``links`` are unused
+    (empty).
     """
     n = y.shape[0]
     dense = width > 0

@@ -36,6 +36,7 @@ from learning import _kernels as k
 from learning import _single
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
+from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
@@ -260,8 +261,8 @@ def learn_batch_of_one(
     kernel(
         *rows, code, state.weights, state.weight_sums, state.row_sq, state.log_counts,
         state.log_rows, state.log_start, state.log_len, state.log_cols, state.log_old,
-        state.counters, state.rng, learner._voter_columns(), learner.max_voters, max_entries,
-        learner.prequential_voted, NO_CHECK, *out,
+        state.counters, state.rng, learner._voter_columns(), *empty_index(), learner.max_voters,
+        max_entries, learner.prequential_voted, NO_CHECK, *out,
     )  # fmt: skip
     return bool(out[0][0])
 

@@ -37,6 +37,7 @@ from learning._kernels import (
 )
 from learning._learn import learn_binary
 from learning._scoring import point_prediction
+from learning._voter_index import LINK_FIELDS
 from learning._voters import log_needs_room
 
 NO_CHECK = 0.0
@@ -82,7 +83,8 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     learn_binary(
         indptr, columns[:n], values[:n], n if dense else 0, y, weights, weight_sums, row_sq,
         log_counts, log_rows, log_start, log_len, log_cols, log_old, counters,
-        np.zeros(1, dtype=np.uint64), voter_columns, max_voters, max_entries, prequential_voted,
+        np.zeros(1, dtype=np.uint64), voter_columns, np.zeros(0, dtype=np.int64),
+        np.zeros((0, LINK_FIELDS), dtype=np.int64), max_voters, max_entries, prequential_voted,
         NO_CHECK, updates, predictions, margins,
     )  # fmt: skip
     return UPDATED if updates[0] else NO_UPDATE
