@@ -57,6 +57,7 @@ from consumers.state.topic import (
     read_state_records,
     state_key,
 )
+from consumers.transactional_client import KAFKA_PYTHON_MAX_BLOCK_MS, BoundedTransactions
 from learning import StateError
 
 logger = logging.getLogger(__name__)
@@ -246,8 +247,10 @@ ProducerBuilder = Callable[[Mapping[str, Any]], Any]
 
 
 def kafka_transactional_producer(config: Mapping[str, Any]) -> Any:
-    """A kafka-python producer with the given (transactional) configuration."""
-    return KafkaProducer(**config)
+    """A kafka-python producer with the given (transactional) configuration, its transactional
+    waits bounded by ``max_block_ms`` (see :mod:`consumers.transactional_client`)."""
+    wait_ms = int(config.get("max_block_ms", KAFKA_PYTHON_MAX_BLOCK_MS))
+    return BoundedTransactions(KafkaProducer(**config), wait_ms)
 
 
 class TransactionalProducer:
