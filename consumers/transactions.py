@@ -376,26 +376,36 @@ class TransactionalProducer:
         was_open, self._open = self._open, False
         if producer is None:
             return
-        if was_open:
-            try:
-                producer.abort_transaction()
-            except Exception as exc:
-                # A fenced producer cannot abort; its successor's init_transactions already did.
-                logger.warning("transaction not aborted by this producer: %r", exc)
-        try:
-            producer.close(timeout=0)
-        except Exception as exc:
-            logger.warning("transactional producer did not close cleanly: %r", exc)
+        abort_and_close(producer, was_open)
 
     def close(self, timeout: float | None = None) -> None:
         """Close the producer (an open transaction is aborted by the broker or a successor)."""
         producer, self._producer = self._producer, None
         self._open = False
         if producer is not None:
-            try:
-                producer.close(timeout=timeout if timeout is not None else ABORT_TIMEOUT_S)
-            except Exception as exc:
-                logger.warning("transactional producer did not close cleanly: %r", exc)
+            close_quietly(producer, timeout if timeout is not None else ABORT_TIMEOUT_S)
+
+
+def abort_and_close(producer: Any, in_transaction: bool = True) -> None:
+    """Abort ``producer``'s open transaction when it still can, then close it at once.
+
+    A fenced producer cannot abort; its successor's ``init_transactions`` already did, and a
+    producer that cannot reach the broker leaves the transaction to time out there.
+    """
+    if in_transaction:
+        try:
+            producer.abort_transaction()
+        except Exception as exc:
+            logger.warning("transaction not aborted by this producer: %r", exc)
+    close_quietly(producer, 0)
+
+
+def close_quietly(producer: Any, timeout: float | None) -> None:
+    """Close a transactional producer, logging (not raising) a failure to close cleanly."""
+    try:
+        producer.close(timeout=timeout)
+    except Exception as exc:
+        logger.warning("transactional producer did not close cleanly: %r", exc)
 
 
 # -- the owner -------------------------------------------------------------------------------------

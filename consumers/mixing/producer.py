@@ -24,6 +24,8 @@ from consumers.transactions import (
     TRANSACTIONAL_ID_PREFIX,
     ProducerBuilder,
     TransactionError,
+    abort_and_close,
+    close_quietly,
     kafka_transactional_producer,
 )
 
@@ -156,22 +158,11 @@ class ShardProducer:
     def abort(self) -> None:
         """Abort the open transaction if possible and drop the producer."""
         producer, self._producer = self._producer, None
-        if producer is None:
-            return
-        try:
-            producer.abort_transaction()
-        except Exception as exc:
-            logger.debug("shard transaction not aborted by this producer: %r", exc)
-        try:
-            producer.close(timeout=0)
-        except Exception as exc:
-            logger.warning("shard producer did not close cleanly: %r", exc)
+        if producer is not None:
+            abort_and_close(producer)
 
     def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
         """Close the producer (a transaction left open is aborted by the next owner)."""
         producer, self._producer = self._producer, None
         if producer is not None:
-            try:
-                producer.close(timeout=timeout)
-            except Exception as exc:
-                logger.warning("shard producer did not close cleanly: %r", exc)
+            close_quietly(producer, timeout)
