@@ -513,9 +513,11 @@ class Owner:
         consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read.
         """
-        from_topic = self._warm_candidate(time.monotonic()) or state_topic_candidate(
-            self._engine, self._connection, self._settings, self._group
-        )
+        confirmed, from_topic = self._warm_candidate(time.monotonic())
+        if not confirmed:
+            from_topic = state_topic_candidate(
+                self._engine, self._connection, self._settings, self._group
+            )
         self._sequence = 0
         if from_topic is not None and from_topic.sequence is not None:
             self._sequence = from_topic.sequence
@@ -584,14 +586,17 @@ class Owner:
         """Close the producer."""
         self.producer.close(timeout)
 
-    def _warm_candidate(self, since: float) -> Candidate | None:
+    def _warm_candidate(self, since: float) -> tuple[bool, Candidate | None]:
         """The followed state record, once confirmed the newest committed one after ``since``.
 
         ``since`` is taken after this owner fenced its predecessors and while it commits
         nothing, so a record committed before it is the newest there will be until this owner's
-        next commit. ``None`` (read the topic instead) without a follower, without confirmation
-        within :data:`WARM_CONFIRM_TIMEOUT_S` (none is awaited from a follower that has never
-        reached the end of the log or cannot read it now), or when the record does not load.
+        next commit. Returns ``(confirmed, candidate)``: ``(True, None)`` when the follower
+        confirmed that the topic holds no record of the key (it has never seen one, valid or
+        not), and ``(False, None)`` (read the topic instead) without a follower, without
+        confirmation within :data:`WARM_CONFIRM_TIMEOUT_S` (none is awaited from a follower that
+        has never reached the end of the log or cannot read it now), or when the record does
+        not load.
 
         Raises
         ------
@@ -601,7 +606,7 @@ class Owner:
         follower = self._follower
         if follower is None or not self.warm:
             # Never reached the end of the log, or cannot read it now: no waiting.
-            return None
+            return False, None
         follower.request_end_check()
         deadline = since + WARM_CONFIRM_TIMEOUT_S
         while (follower.caught_up_at or float("-inf")) < since:
@@ -610,11 +615,12 @@ class Owner:
                     "warm state not confirmed the newest (%s); reading the state topic",
                     follower.problem or f"no end-of-log check within {WARM_CONFIRM_TIMEOUT_S}s",
                 )
-                return None
+                return False, None
             time.sleep(WARM_CONFIRM_STEP_S)
         followed = follower.state
         if followed is None:
-            return None
+            # Confirmed empty only when no record of the key was skipped as unverifiable.
+            return follower.skipped == 0, None
         origin = f"state record {self._settings.state_topic}@{followed.offset}"
         try:
             state = self._engine.load_payload(followed.payload, STATE_TOPIC_REMEDY)
@@ -622,8 +628,8 @@ class Owner:
             raise _foreign_model(self._settings, self._group, exc) from None
         except (StateError, ValueError) as exc:
             logger.error("%s cannot be loaded (%s); reading the state topic", origin, exc)
-            return None
-        return Candidate(origin + WARM_ORIGIN_SUFFIX, state, followed.sequence)
+            return False, None
+        return True, Candidate(origin + WARM_ORIGIN_SUFFIX, state, followed.sequence)
 
     def _baseline_state(self) -> LoadedState:
         return self._engine.load_payload(self._baseline)

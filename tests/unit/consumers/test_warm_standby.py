@@ -101,3 +101,28 @@ def test_an_unconfirmed_or_disabled_warm_state_is_not_used(tmp_path: Path, case:
     finally:
         owner.stop_following(timeout=5.0)
     assert engine.applied == 0
+
+
+@pytest.mark.parametrize("others", ["empty-topic", "another-key", "damaged-record"])
+def test_a_confirmed_follower_without_a_record_of_the_key_spares_the_topic_read(
+    tmp_path: Path, others: str
+) -> None:
+    topic = FakeStateTopic()
+    owner, engine = _owner(tmp_path, topic, warm=True)
+    if others == "another-key":
+        topic.append(b"another key", encode_state_record(_learned_payload(), SEQUENCE))
+    if others == "damaged-record":
+        topic.append(owner.key, b"not a state record")
+    owner.start_following()
+    try:
+        wait_until(lambda: owner.warm, "the follower at the end of the state topic")
+        if others == "damaged-record":
+            # Control: a record of the key it could not verify may hide an older good one.
+            with pytest.raises(TopicReadError):
+                owner.restore()
+            return
+        report = owner.restore()  # no TopicReadError: the topic is not read again
+    finally:
+        owner.stop_following(timeout=5.0)
+    assert report is not None and report.sequence is None and report.seen == 0
+    assert engine.applied == 0
