@@ -28,7 +28,10 @@ Restoring
 
 Warm standby
     Every member follows its state record (:class:`~consumers.state.follower.StateFollower`,
-    ``read_committed``) while it stands by, so a takeover has the newest state in memory. It is
+    ``read_committed``) while it stands by, so a takeover has the newest state in memory. The
+    owner pauses its follower once it has taken over (it commits the state itself and need not
+    read it back) and resumes it as soon as it may have lost the partitions (a void or revoked
+    transaction, an empty assignment) and at the start of every takeover. It is
     used only once the follower has confirmed, by an end-of-log check begun after the new owner
     fenced its predecessors, that no newer record is committed; otherwise (or when it does not
     load) the state topic is read as before.
@@ -605,10 +608,13 @@ class Owner:
             Whatever reaching Kafka raised; the activation stays pending.
         """
         self._drop_pending()
+        self._follow(reading=True)  # the takeover restores what the follower holds, once current
         if self._ensure_state_topic is not None:
             self._ensure_state_topic()
         self.producer.activate()
-        return self.restore()
+        report = self.restore()
+        self._follow(reading=False)
+        return report
 
     def restore(self) -> RestoreReport | None:
         """Install the newest committed state, discarding uncommitted work (:func:`restore_newest`).
@@ -700,6 +706,13 @@ class Owner:
         self._drop_pending()
         self.producer.abort()
         self.dirty = True
+        self._follow(reading=True)
+
+    @property
+    def following(self) -> bool:
+        """Whether the follower reads the state topic now (not paused, not stopped)."""
+        follower = self._follower
+        return follower is not None and follower.running and not follower.paused
 
     @property
     def warm(self) -> bool:
@@ -721,6 +734,15 @@ class Owner:
         """Close the producer (after the commit in flight, if any)."""
         self._drop_pending()
         self.producer.close(timeout)
+        self._follow(reading=True)
+
+    def _follow(self, *, reading: bool) -> None:
+        """Resume (``reading``) or pause the follower, if there is one."""
+        if self._follower is not None:
+            if reading:
+                self._follower.resume()
+            else:
+                self._follower.pause()
 
     def _drop_pending(self) -> None:
         """Wait for the commit in flight whose outcome nobody needs any more (a restore follows)."""

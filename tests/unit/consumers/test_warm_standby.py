@@ -126,3 +126,44 @@ def test_a_confirmed_follower_without_a_record_of_the_key_spares_the_topic_read(
         owner.stop_following(timeout=5.0)
     assert report is not None and report.sequence is None and report.seen == 0
     assert engine.applied == 0
+
+
+class _Producer:
+    """A kafka-python producer stand-in: registering is all a takeover asks of it."""
+
+    def init_transactions(self) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_the_owner_pauses_its_follower_while_it_owns(tmp_path: Path) -> None:
+    topic = FakeStateTopic()
+    engine = _engine()
+    owner = Owner(
+        engine,
+        CheckpointStore(tmp_path),
+        TransactionSettings(state_topic=TOPIC, model_id="t", state_read_timeout_seconds=1.0),
+        GROUP,
+        {},
+        build_producer=lambda config: _Producer(),
+        follower_consumer=topic.consumer,
+    )
+    topic.append(owner.key, encode_state_record(_learned_payload(), SEQUENCE))
+    owner.start_following()
+    try:
+        wait_until(lambda: owner.warm, "the follower holding the newest record")
+        assert owner.following  # control: a standby follows
+        report = owner.activate()
+        assert report is not None and report.sequence == SEQUENCE, "restored warm"
+        assert engine.applied == LEARNED
+        wait_until(lambda: not owner.following, "the owner's follower pausing")
+        owner.discard()  # the partitions may be lost: follow again
+        assert owner.following
+        owner.activate()
+        wait_until(lambda: not owner.following, "the owner's follower pausing again")
+        owner.close()
+        assert owner.following
+    finally:
+        owner.stop_following(timeout=5.0)
