@@ -470,10 +470,6 @@ class ConsumerRunner:
         if owner is None or not owner.committing:
             return True
         why, applied = self._committing
-        # Dirty before the outcome: the partitions were revoked while the commit ran, and the
-        # rebalance (a new generation) failed it. The member stays in the group, so it keeps its
-        # claim to ownership: the work is void and the next assignment fences and restores.
-        revoked = owner.dirty
         try:
             committed = owner.settle(wait=wait)
         except TransactionError as exc:
@@ -483,11 +479,7 @@ class ConsumerRunner:
                 applied + self._applied_since_checkpoint,
                 exc,
             )
-            if revoked:
-                owner.discard()
-                self._applied_since_checkpoint = 0
-            else:
-                self._void_transaction()
+            self._void_transaction()
             return False
         if committed is None:
             return True
