@@ -18,10 +18,7 @@ Ordering of effects, which is what makes every event count exactly once:
 
 With ``RunnerSettings.transactions`` (exactly once, :mod:`consumers.transactions`) the order
 is: dead letters join the owner's open transaction; at each checkpoint the state record and the
-group's offsets join it and it commits; only then is the local checkpoint (a cache) written.
-A periodic commit runs while the loop goes on learning the next records (they belong to the
-next transaction); it is settled (waited for) before any dead letter, the next commit, a
-restore or a fence, and at shutdown. On
+group's offsets join it and it commits; only then is the local checkpoint (a cache) written. On
 assignment the owner fences its predecessors, restores the newest committed state and seeks to
 it; a failed transaction voids everything since the last commit.
 
@@ -197,8 +194,6 @@ class ConsumerRunner:
         self._reason: str | None = "the consumer has not started"
         self._applied_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
-        self._committing: tuple[str, int] = ("", 0)
-        """Why the commit in flight was begun, and how many applied records it holds."""
         self._final_checkpoint_ok: bool | None = None
         self._fault_observer = fault_observer or NullFaultObserver()
         self._fault: ConsumerFault | None = None
@@ -303,11 +298,6 @@ class ConsumerRunner:
             timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
         )
         if self._owner is not None:
-            # A commit in flight is settled before a turn restores or fences (it may hold the
-            # newest committed state), and otherwise as soon as it has ended.
-            owner = self._owner
-            if not self._settle_commit(wait=owner.activation_needed or owner.dirty):
-                return
             turned = self._transactional_turn(consumer, polled)
             if turned is None:
                 return
@@ -345,9 +335,6 @@ class ConsumerRunner:
         for start in range(0, len(records), size):
             chunk = records[start : start + size]
             batch = self._engine.decoder.decode_batch(chunk)
-            if batch.rejections and not self._settle_commit(wait=True):
-                # Dead letters join the next transaction, after the one in flight: it failed.
-                return
             cut = self._dead_letter(batch)
             if cut and self._owner is not None:
                 # Dead letters are part of the open transaction: void all of it, resume from
@@ -410,7 +397,7 @@ class ConsumerRunner:
     def _checkpoint(self, why: str, *, commit: bool = True, blocking_commit: bool = True) -> bool:
         """Save a checkpoint, then commit its offsets for monitoring; whether the save worked."""
         if self._owner is not None:
-            return self._commit_transaction(why, wait=blocking_commit) if commit else False
+            return self._commit_transaction(why) if commit else False
         try:
             report = self._engine.checkpoint(self._store)
         except Exception as exc:
@@ -434,63 +421,41 @@ class ConsumerRunner:
             self._commit(report.offsets, blocking=blocking_commit)
         return True
 
-    def _commit_transaction(self, why: str, *, wait: bool = True) -> bool:
+    def _commit_transaction(self, why: str) -> bool:
         """Commit dead letters, state record and offsets in one transaction, then the cache.
 
-        Without ``wait`` the commit runs while the loop goes on learning: the records learned
-        meanwhile belong to the next transaction, and the previous commit is settled
-        (:meth:`_settle_commit`) before anything joins the next one. The local checkpoint is
-        written only after the commit, so the cache never holds work Kafka does not. A failed
-        commit voids everything since the previous one. Returns whether the commit was begun
-        (with ``wait``: whether it was committed).
+        The local checkpoint is written only after the commit, so the cache never holds work
+        Kafka does not. A failed commit voids everything since the previous one.
         """
         owner, consumer = self._owner, self._consumer
         assert owner is not None
-        if not self._settle_commit(wait=True):
-            return False
         if consumer is None or owner.activation_needed or owner.dirty:
             return False
         assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
         if not assigned:
             return False
         prepared = self._engine.checkpoint_bytes()
-        owner.begin_commit(prepared, assigned, _group_metadata(consumer))
-        self._committing = (why, self._applied_since_checkpoint)
-        self._applied_since_checkpoint = 0
-        self._last_checkpoint = time.monotonic()
-        return self._settle_commit(wait=True) if wait else True
-
-    def _settle_commit(self, *, wait: bool) -> bool:
-        """End the commit in flight once it has ended (with ``wait``, waiting for it).
-
-        Committed: the local checkpoint cache is written. Failed: everything applied since the
-        previous commit is void (:meth:`_void_transaction`). Returns ``False`` only then.
-        """
-        owner = self._owner
-        if owner is None or not owner.committing:
-            return True
-        why, applied = self._committing
         try:
-            committed = owner.settle(wait=wait)
+            sequence = owner.commit(prepared, assigned, _group_metadata(consumer))
         except TransactionError as exc:
             logger.error(
                 "checkpoint (%s) not committed, %d applied record(s) void: %s",
                 why,
-                applied + self._applied_since_checkpoint,
+                self._applied_since_checkpoint,
                 exc,
             )
             self._void_transaction()
             return False
-        if committed is None:
-            return True
+        self._applied_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
         logger.info(
             "state record %d committed (%s) with offsets %s",
-            committed.sequence,
+            sequence,
             why,
-            offsets_text(committed.prepared[1].items()),
+            offsets_text(prepared[1].items()),
         )
         try:
-            self._engine.checkpoint(self._store, committed.prepared)
+            self._engine.checkpoint(self._store, prepared)
         except Exception as exc:
             logger.warning("local checkpoint cache not written (%r); Kafka holds the state", exc)
         return True
@@ -746,7 +711,6 @@ class ConsumerRunner:
         else:
             self._on_fault(fault)
         if self._owner is not None:
-            self._settle_commit(wait=True)
             self._owner.discard()
             self._applied_since_checkpoint = 0
         elif self._applied_since_checkpoint:
@@ -805,8 +769,8 @@ class ConsumerRunner:
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self._settings.shutdown_deadline_seconds
-        saved = self._settle_commit(wait=True)
-        if saved and self._applied_since_checkpoint:
+        saved = True
+        if self._applied_since_checkpoint:
             saved = self._checkpoint("shutdown")
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
         self._close_consumer(timeout_ms=remaining_ms)

@@ -12,10 +12,7 @@ Transactions
     transactional_id`, derived from the group and the model, which is the whole assignment). Its
     dead letters, then the checkpoint's state record and the group's offsets
     (``send_offsets_to_transaction`` with the consumer's group metadata) go in one transaction,
-    committed at each checkpoint (every N events or T seconds). The commit runs on its own thread
-    (:meth:`Owner.begin_commit`) while the owner goes on learning; what it learns meanwhile
-    belongs to the next transaction, and nothing joins that one (no dead letter, no state
-    record) before the previous commit has ended (:meth:`Owner.settle`). A new owner's
+    committed at each checkpoint (every N events or T seconds). A new owner's
     ``init_transactions`` aborts whatever transaction its predecessor left open and bumps the
     producer epoch, so a predecessor that is only paused (a zombie) is fenced: its next send or
     commit fails and nothing of it becomes visible to ``read_committed`` readers. The group
@@ -40,10 +37,8 @@ Warm standby
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +89,6 @@ check (kafka-python sends it after the fetch in flight), hence a takeover's conf
 WARM_CONFIRM_TIMEOUT_S = 2.0
 """How long a takeover waits for that confirmation before reading the state topic instead."""
 WARM_CONFIRM_STEP_S = 0.01
-COMMITTER_THREAD_NAME = "novikoff-commit"
 WARM_ORIGIN_SUFFIX = " (warm)"
 """Marks a state restored from the follower's memory in the restore log line."""
 STATE_TOPIC_REMEDY = (
@@ -265,11 +259,6 @@ class TransactionalProducer:
     It is the dead-letter writer's producer too (``send``/``flush``; ``close`` is left to
     the runner, which owns it): the first send after a commit begins the next transaction.
 
-    A commit may run on its own thread (:meth:`commit_async`) while the caller goes on learning.
-    The producer holds one transaction at a time, so every other method first waits for a
-    commit in flight (:meth:`settle`): nothing of the next transaction is sent before the
-    previous one is committed or aborted.
-
     Parameters
     ----------
     config
@@ -285,7 +274,6 @@ class TransactionalProducer:
         self._build = build
         self._producer: Any = None
         self._open = False
-        self._pending: Future[None] | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -314,10 +302,6 @@ class TransactionalProducer:
 
     def begin(self) -> None:
         """Begin a transaction unless one is open."""
-        self.settle()
-        self._begin()
-
-    def _begin(self) -> None:
         if self._producer is None:
             raise TransactionError("the transactional producer is not active")
         if not self._open:
@@ -345,7 +329,6 @@ class TransactionalProducer:
         return future
 
     def flush(self, timeout: float | None = None) -> None:
-        self.settle()
         if self._producer is not None:
             self._producer.flush(timeout=timeout)
 
@@ -368,76 +351,8 @@ class TransactionalProducer:
             When anything fails (fenced by a newer owner, broker away...): the transaction is
             aborted when that is still possible, and the producer must be activated again.
         """
-        self.settle()
-        self._commit(
-            state_topic,
-            key=key,
-            payload=payload,
-            sequence=sequence,
-            offsets=offsets,
-            group_metadata=group_metadata,
-            max_record_bytes=max_record_bytes,
-        )
-
-    def commit_async(
-        self,
-        state_topic: str,
-        *,
-        key: bytes,
-        payload: bytes,
-        sequence: int,
-        offsets: Mapping[tuple[str, int], int],
-        group_metadata: Any,
-        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    ) -> Future[None]:
-        """:meth:`commit` on a daemon thread; the future raises its :class:`TransactionError`.
-
-        Until the future is done, every other call on this producer waits for it first.
-        """
-        self.settle()
-        future: Future[None] = Future()
-        future.set_running_or_notify_cancel()
-
-        def run() -> None:
-            try:
-                self._commit(
-                    state_topic,
-                    key=key,
-                    payload=payload,
-                    sequence=sequence,
-                    offsets=offsets,
-                    group_metadata=group_metadata,
-                    max_record_bytes=max_record_bytes,
-                )
-            except BaseException as exc:
-                future.set_exception(exc)
-            else:
-                future.set_result(None)
-
-        self._pending = future
-        threading.Thread(target=run, name=COMMITTER_THREAD_NAME, daemon=True).start()
-        return future
-
-    def settle(self) -> None:
-        """Wait for the commit in flight, if any (its outcome is its future's)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            wait([pending])
-
-    def _commit(
-        self,
-        state_topic: str,
-        *,
-        key: bytes,
-        payload: bytes,
-        sequence: int,
-        offsets: Mapping[tuple[str, int], int],
-        group_metadata: Any,
-        max_record_bytes: int,
-    ) -> None:
-        # Runs on the committer thread: never settle() here (it would wait for itself).
         try:
-            self._begin()
+            self.begin()
             value = encode_state_record(payload, sequence)
             for record_key, record in split_state_value(key, value, max_record_bytes):
                 self._producer.send(state_topic, value=record, key=record_key)
@@ -451,16 +366,12 @@ class TransactionalProducer:
                 )
             self._producer.commit_transaction()
         except Exception as exc:
-            self._abort()
+            self.abort()
             raise TransactionError(f"transaction not committed: {exc!r}") from exc
         self._open = False
 
     def abort(self) -> None:
         """Abort the open transaction if the producer still can, then drop the producer."""
-        self.settle()
-        self._abort()
-
-    def _abort(self) -> None:
         producer, self._producer = self._producer, None
         was_open, self._open = self._open, False
         if producer is None:
@@ -478,7 +389,6 @@ class TransactionalProducer:
 
     def close(self, timeout: float | None = None) -> None:
         """Close the producer (an open transaction is aborted by the broker or a successor)."""
-        self.settle()
         producer, self._producer = self._producer, None
         self._open = False
         if producer is not None:
@@ -489,21 +399,6 @@ class TransactionalProducer:
 
 
 # -- the owner -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Committed:
-    """A committed transaction: its state record's sequence and what it held."""
-
-    sequence: int
-    prepared: tuple[bytes, dict[tuple[str, int], int]]
-    """``Engine.checkpoint_bytes()``: the state payload and its next offsets."""
-
-
-@dataclass(frozen=True)
-class _PendingCommit:
-    committed: Committed
-    future: Future[None]
 
 
 class Owner:
@@ -570,7 +465,6 @@ class Owner:
             )
         self._baseline = engine.checkpoint_bytes()[0]
         self._sequence = 0
-        self._pending: _PendingCommit | None = None
         self.activation_needed = False
         """The consumer was assigned partitions: fence, restore and seek before learning."""
         self.dirty = False
@@ -607,7 +501,6 @@ class Owner:
         Exception
             Whatever reaching Kafka raised; the activation stays pending.
         """
-        self._drop_pending()
         self._follow(reading=True)  # the takeover restores what the follower holds, once current
         if self._ensure_state_topic is not None:
             self._ensure_state_topic()
@@ -626,7 +519,6 @@ class Owner:
         consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read.
         """
-        self._drop_pending()
         confirmed, from_topic = self._warm_candidate(time.monotonic())
         if not confirmed:
             from_topic = state_topic_candidate(
@@ -642,68 +534,41 @@ class Owner:
         self.dirty = False
         return report
 
-    def begin_commit(
+    def commit(
         self,
-        prepared: tuple[bytes, dict[tuple[str, int], int]],
+        prepared: tuple[bytes, Mapping[tuple[str, int], int]],
         assigned: set[tuple[str, int]],
         group_metadata: Any,
-    ) -> None:
+    ) -> int:
         """Commit the open transaction with the state record and the assigned partitions' offsets.
 
-        The commit runs on the producer's committer thread and the caller goes on learning; the
-        outcome (the record's sequence, or a failure) is :meth:`settle`'s. The records learned
-        meanwhile belong to the next transaction, which nothing is sent to before this one ends.
-
-        Raises
-        ------
-        RuntimeError
-            When a commit is still in flight (settle it first).
-        """
-        if self._pending is not None:
-            raise RuntimeError("a commit is in flight: settle it first")
-        payload, offsets = prepared
-        sequence = self._sequence + 1
-        future = self.producer.commit_async(
-            self._settings.state_topic,
-            key=self.key,
-            payload=payload,
-            sequence=sequence,
-            offsets={k: offset for k, offset in offsets.items() if k in assigned},
-            group_metadata=group_metadata,
-            max_record_bytes=self._settings.max_record_bytes,
-        )
-        self._pending = _PendingCommit(Committed(sequence, prepared), future)
-
-    @property
-    def committing(self) -> bool:
-        """Whether a commit is in flight (or done and not settled yet)."""
-        return self._pending is not None
-
-    def settle(self, *, wait: bool) -> Committed | None:
-        """The commit in flight once it has ended (with ``wait``, waiting for that).
-
-        ``None`` when no commit is in flight, or (without ``wait``) while it runs.
+        Returns the state record's sequence.
 
         Raises
         ------
         TransactionError
-            When it failed; the engine is then :attr:`dirty`.
+            When the commit failed; the engine is then :attr:`dirty`.
         """
-        pending = self._pending
-        if pending is None or not (wait or pending.future.done()):
-            return None
-        self._pending = None
+        payload, offsets = prepared
+        sequence = self._sequence + 1
         try:
-            pending.future.result()
+            self.producer.commit(
+                self._settings.state_topic,
+                key=self.key,
+                payload=payload,
+                sequence=sequence,
+                offsets={k: offset for k, offset in offsets.items() if k in assigned},
+                group_metadata=group_metadata,
+                max_record_bytes=self._settings.max_record_bytes,
+            )
         except TransactionError:
             self.dirty = True
             raise
-        self._sequence = pending.committed.sequence
-        return pending.committed
+        self._sequence = sequence
+        return sequence
 
     def discard(self) -> None:
         """Abort the open transaction: everything applied since the last commit is void."""
-        self._drop_pending()
         self.producer.abort()
         self.dirty = True
         self._follow(reading=True)
@@ -731,8 +596,7 @@ class Owner:
             self._follower.stop(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Close the producer (after the commit in flight, if any)."""
-        self._drop_pending()
+        """Close the producer."""
         self.producer.close(timeout)
         self._follow(reading=True)
 
@@ -743,13 +607,6 @@ class Owner:
                 self._follower.resume()
             else:
                 self._follower.pause()
-
-    def _drop_pending(self) -> None:
-        """Wait for the commit in flight whose outcome nobody needs any more (a restore follows)."""
-        try:
-            self.settle(wait=True)
-        except TransactionError as exc:
-            logger.warning("%s", exc)
 
     def _warm_candidate(self, since: float) -> tuple[bool, Candidate | None]:
         """The followed state record, once confirmed the newest committed one after ``since``.

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka.errors import MessageSizeTooLargeError, ProducerFencedError
 
-from consumers.engine import Engine
 from consumers.ownership import NOT_OWNER, SingleOwnerAssignor
-from consumers.state.checkpoint import CheckpointStore
 from consumers.state.topic import decode_state_record
 from consumers.transactions import (
     DEAD_LETTER_MAX_BYTES,
-    Owner,
     TransactionalProducer,
     TransactionError,
-    TransactionSettings,
 )
-from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 
 TOPIC = "events"
-WAIT_S = 10.0
-"""Bound on waits for the other thread (never reached when the code is right)."""
-HELD_S = 0.2
-"""How long a call that must wait for the commit in flight is watched still waiting."""
 
 
 @dataclass
@@ -87,9 +76,6 @@ def test_a_disowned_member_announces_nothing() -> None:
 @dataclass
 class FakeProducer:
     fail_commit: bool = False
-    gate: threading.Event | None = None
-    """When set, ``commit_transaction`` waits for it (a commit in flight)."""
-    committing: threading.Event = field(default_factory=threading.Event)
     calls: list[str] = field(default_factory=list)
     sent: list[tuple[str, bytes | None, bytes | None]] = field(default_factory=list)
     offsets: dict[Any, Any] = field(default_factory=dict)
@@ -113,9 +99,6 @@ class FakeProducer:
         self.offsets.update(offsets)
 
     def commit_transaction(self) -> None:
-        self.committing.set()
-        if self.gate is not None:
-            assert self.gate.wait(WAIT_S)
         if self.fail_commit:
             raise ProducerFencedError()
         self.calls.append("commit")
@@ -178,70 +161,3 @@ def test_an_oversized_dead_letter_is_refused_before_it_joins_the_transaction() -
     with pytest.raises(MessageSizeTooLargeError):
         made.send("events.dlq", value=b"x" * DEAD_LETTER_MAX_BYTES)
     assert fake.sent == []
-
-
-def test_a_commit_in_flight_holds_back_the_next_transactions_dead_letters() -> None:
-    fake = FakeProducer(gate=threading.Event())
-    made = producer(fake)
-    future = made.commit_async(
-        "events.state", key=b"k", payload=b"state", sequence=1, offsets={}, group_metadata=None
-    )
-    assert fake.committing.wait(WAIT_S)
-    sender = threading.Thread(target=made.send, args=("events.dlq",), kwargs={"value": b"bad"})
-    sender.start()
-    sender.join(HELD_S)
-    assert sender.is_alive(), "the dead letter waits for the commit in flight"
-    assert not future.done()
-    fake.gate.set()  # type: ignore[union-attr]
-    sender.join(WAIT_S)
-    assert future.result(WAIT_S) is None
-    assert fake.calls == ["init", "begin", "commit", "begin"]
-    assert [topic for topic, _, _ in fake.sent] == ["events.state", "events.dlq"]
-
-
-def _engine() -> Engine:
-    return Engine(Perceptron(LabelMap({"1": 1, "-1": -1}), encoder=DenseEncoder(1)), BoundTracker())
-
-
-def _owner(tmp_path: Path, fake: FakeProducer) -> Owner:
-    owner = Owner(
-        _engine(),
-        CheckpointStore(tmp_path),
-        TransactionSettings(state_topic="events.state", model_id=TOPIC),
-        "g",
-        {},
-        build_producer=lambda config: fake,
-    )
-    owner.producer.activate()
-    return owner
-
-
-def test_the_owner_settles_its_commits_in_sequence(tmp_path: Path) -> None:
-    fake = FakeProducer(gate=threading.Event())
-    owner = _owner(tmp_path, fake)
-    prepared = (b"state", {(TOPIC, 0): 3, (TOPIC, 1): 5})
-    owner.begin_commit(prepared, {(TOPIC, 0)}, None)
-    assert fake.committing.wait(WAIT_S)
-    assert owner.committing and owner.settle(wait=False) is None, "still in flight"
-    with pytest.raises(RuntimeError, match="in flight"):
-        owner.begin_commit(prepared, {(TOPIC, 0)}, None)
-    fake.gate.set()  # type: ignore[union-attr]
-    committed = owner.settle(wait=True)
-    assert committed is not None and committed.sequence == 1 and committed.prepared == prepared
-    assert not owner.committing and owner.settle(wait=True) is None
-    assert [(tp.partition, om.offset) for tp, om in fake.offsets.items()] == [(0, 3)]
-    owner.begin_commit(prepared, {(TOPIC, 0)}, None)
-    second = owner.settle(wait=True)
-    assert second is not None and second.sequence == 2
-    assert not owner.dirty
-
-
-def test_a_failed_commit_in_flight_makes_the_owner_dirty(tmp_path: Path) -> None:
-    fake = FakeProducer(fail_commit=True)
-    owner = _owner(tmp_path, fake)
-    assert not owner.dirty  # control
-    owner.begin_commit((b"state", {(TOPIC, 0): 3}), {(TOPIC, 0)}, None)
-    with pytest.raises(TransactionError, match="ProducerFenced"):
-        owner.settle(wait=True)
-    assert owner.dirty and not owner.committing
-    assert fake.calls[-2:] == ["abort", "close"]
