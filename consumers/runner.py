@@ -627,10 +627,13 @@ class ConsumerRunner:
     def _open(self) -> bool:
         try:
             consumer = self._consumer_factory(self._client_settings)
-            # The topic's metadata before the first join: a group leader that has none assigns
-            # the topic no partitions, and kafka-python may not refresh it for minutes.
-            consumer.partitions_for_topic(self._settings.topic)
             consumer.subscribe([self._settings.topic], listener=_Listener(self))
+            # The topic's metadata after subscribing and before the first join (in poll()): a
+            # group leader that has none assigns the topic no partitions (and kafka-python may
+            # not refresh it for minutes), and one fetched before subscribing leaves kafka-python's
+            # metadata snapshot without the topic, so the leader's first assignment looks stale
+            # as soon as the next metadata arrives and the group rebalances once more.
+            consumer.partitions_for_topic(self._settings.topic)
         except Exception as exc:
             fault = self._classify(exc)
             if fault.retriable:

@@ -25,7 +25,10 @@ Restoring
 
 Warm standby
     Every member follows its state record (:class:`~consumers.state.follower.StateFollower`,
-    ``read_committed``) while it stands by, so a takeover has the newest state in memory. It is
+    ``read_committed``) while it stands by, so a takeover has the newest state in memory. The
+    owner pauses its follower once it has taken over (it commits the state itself and need not
+    read it back) and resumes it as soon as it may have lost the partitions (a void or revoked
+    transaction, an empty assignment) and at the start of every takeover. It is
     used only once the follower has confirmed, by an end-of-log check begun after the new owner
     fenced its predecessors, that no newer record is committed; otherwise (or when it does not
     load) the state topic is read as before.
@@ -511,10 +514,13 @@ class Owner:
         Exception
             Whatever reaching Kafka raised; the activation stays pending.
         """
+        self._follow(reading=True)  # the takeover restores what the follower holds, once current
         if self._ensure_state_topic is not None:
             self._ensure_state_topic()
         self.producer.activate()
-        return self.restore()
+        report = self.restore()
+        self._follow(reading=False)
+        return report
 
     def restore(self) -> RestoreReport | None:
         """Install the newest committed state, discarding uncommitted work (:func:`restore_newest`).
@@ -526,9 +532,11 @@ class Owner:
         consumers.state.topic.StateTopicUnavailableError
             When the state topic cannot be read.
         """
-        from_topic = self._warm_candidate(time.monotonic()) or state_topic_candidate(
-            self._engine, self._connection, self._settings, self._group
-        )
+        confirmed, from_topic = self._warm_candidate(time.monotonic())
+        if not confirmed:
+            from_topic = state_topic_candidate(
+                self._engine, self._connection, self._settings, self._group
+            )
         self._sequence = 0
         if from_topic is not None and from_topic.sequence is not None:
             self._sequence = from_topic.sequence
@@ -576,6 +584,13 @@ class Owner:
         """Abort the open transaction: everything applied since the last commit is void."""
         self.producer.abort()
         self.dirty = True
+        self._follow(reading=True)
+
+    @property
+    def following(self) -> bool:
+        """Whether the follower reads the state topic now (not paused, not stopped)."""
+        follower = self._follower
+        return follower is not None and follower.running and not follower.paused
 
     @property
     def warm(self) -> bool:
@@ -596,15 +611,27 @@ class Owner:
     def close(self, timeout: float | None = None) -> None:
         """Close the producer."""
         self.producer.close(timeout)
+        self._follow(reading=True)
 
-    def _warm_candidate(self, since: float) -> Candidate | None:
+    def _follow(self, *, reading: bool) -> None:
+        """Resume (``reading``) or pause the follower, if there is one."""
+        if self._follower is not None:
+            if reading:
+                self._follower.resume()
+            else:
+                self._follower.pause()
+
+    def _warm_candidate(self, since: float) -> tuple[bool, Candidate | None]:
         """The followed state record, once confirmed the newest committed one after ``since``.
 
         ``since`` is taken after this owner fenced its predecessors and while it commits
         nothing, so a record committed before it is the newest there will be until this owner's
-        next commit. ``None`` (read the topic instead) without a follower, without confirmation
-        within :data:`WARM_CONFIRM_TIMEOUT_S` (none is awaited from a follower that has never
-        reached the end of the log or cannot read it now), or when the record does not load.
+        next commit. Returns ``(confirmed, candidate)``: ``(True, None)`` when the follower
+        confirmed that the topic holds no record of the key (it has never seen one, valid or
+        not), and ``(False, None)`` (read the topic instead) without a follower, without
+        confirmation within :data:`WARM_CONFIRM_TIMEOUT_S` (none is awaited from a follower that
+        has never reached the end of the log or cannot read it now), or when the record does
+        not load.
 
         Raises
         ------
@@ -614,7 +641,7 @@ class Owner:
         follower = self._follower
         if follower is None or not self.warm:
             # Never reached the end of the log, or cannot read it now: no waiting.
-            return None
+            return False, None
         follower.request_end_check()
         deadline = since + WARM_CONFIRM_TIMEOUT_S
         while (follower.caught_up_at or float("-inf")) < since:
@@ -623,11 +650,12 @@ class Owner:
                     "warm state not confirmed the newest (%s); reading the state topic",
                     follower.problem or f"no end-of-log check within {WARM_CONFIRM_TIMEOUT_S}s",
                 )
-                return None
+                return False, None
             time.sleep(WARM_CONFIRM_STEP_S)
         followed = follower.state
         if followed is None:
-            return None
+            # Confirmed empty only when no record of the key was skipped as unverifiable.
+            return follower.skipped == 0, None
         origin = f"state record {self._settings.state_topic}@{followed.offset}"
         try:
             state = self._engine.load_payload(followed.payload, STATE_TOPIC_REMEDY)
@@ -635,8 +663,8 @@ class Owner:
             raise _foreign_model(self._settings, self._group, exc) from None
         except (StateError, ValueError) as exc:
             logger.error("%s cannot be loaded (%s); reading the state topic", origin, exc)
-            return None
-        return Candidate(origin + WARM_ORIGIN_SUFFIX, state, followed.sequence)
+            return False, None
+        return True, Candidate(origin + WARM_ORIGIN_SUFFIX, state, followed.sequence)
 
     def _baseline_state(self) -> LoadedState:
         return self._engine.load_payload(self._baseline)

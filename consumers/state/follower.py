@@ -20,6 +20,9 @@ Invariants
   that then found its position at the end of the committed log (the last stable offset) with
   every record before it handled: its state was the newest committed one at that moment (a
   record committed before it is held). While the broker is unreachable it stops advancing.
+* :meth:`pause` stops the reading (no poll, no end-of-log check, so :attr:`caught_up_at` stops
+  advancing too) until :meth:`resume`, which goes on from the position reached: a learner that
+  owns the model commits the state itself and need not read it back.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ DEFAULT_BACKOFF_S = 0.5
 DEFAULT_BACKOFF_MAX_S = 5.0
 END_OFFSETS_TIMEOUT_MS = 5_000
 CLOSE_TIMEOUT_MS = 1_000
+MS_PER_S = 1_000
 BOOTSTRAP_TIMEOUT_MS = 5_000
 """How long creating the consumer may wait for a broker: it bounds how long a stop can wait."""
 FOLLOWER_DEFAULTS = {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
@@ -157,6 +161,8 @@ class StateFollower:
         self._clock = clock
         self._stop = threading.Event()
         self._check_requested = threading.Event()
+        self._pause_requested = threading.Event()
+        self._paused = threading.Event()
         self._thread: threading.Thread | None = None
         self._state: FollowedState | None = None
         self._caught_up_at: float | None = None
@@ -195,6 +201,20 @@ class StateFollower:
     def running(self) -> bool:
         """Whether the follower thread is alive."""
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def paused(self) -> bool:
+        """Whether the thread has stopped reading after :meth:`pause` (until :meth:`resume`)."""
+        return self._paused.is_set()
+
+    def pause(self) -> None:
+        """Stop reading the topic (within one poll) until :meth:`resume`."""
+        self._pause_requested.set()
+
+    def resume(self) -> None:
+        """Go on reading from the position reached before :meth:`pause`."""
+        self._pause_requested.clear()
+        self._paused.clear()
 
     def request_end_check(self) -> None:
         """Check the end of the log after the current poll instead of at the next interval.
@@ -260,6 +280,10 @@ class StateFollower:
     def _follow(self, consumer: FollowerConsumer, partitions: list[TopicPartition]) -> None:
         next_end_check = self._clock()
         while not self._stop.is_set():
+            if self._pause_requested.is_set():
+                self._paused.set()
+                self._stop.wait(self._poll_timeout_ms / MS_PER_S)
+                continue
             batches = consumer.poll(timeout_ms=self._poll_timeout_ms)
             for partition, records in batches.items():
                 self._take_newest(partition.partition, records)

@@ -68,15 +68,17 @@ class FakeConsumer:
         self.closed = False
         self.poll_calls = 0
         self.pending_assignment: list[Any] | None = None
-        self.metadata_fetched: list[str] = []
-        self.metadata_before_subscribe: list[str] | None = None
+        self.subscribed = False
+        self.metadata_before_join: list[str] = []
+        """Topics whose metadata was fetched after ``subscribe`` and before the first poll."""
 
     def partitions_for_topic(self, topic: str) -> set[int]:
-        self.metadata_fetched.append(topic)
+        if self.subscribed and not self.poll_calls:
+            self.metadata_before_join.append(topic)
         return {p for (t, p) in self.logs if t == topic}
 
     def subscribe(self, topics: Sequence[str], listener: Any = None) -> None:
-        self.metadata_before_subscribe = list(self.metadata_fetched)
+        self.subscribed = True
         self.listener = listener
         self.pending_assignment = [
             TopicPartition(t, p) for (t, p) in sorted(self.logs) if t in topics

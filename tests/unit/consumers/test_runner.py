@@ -97,7 +97,7 @@ def test_learns_checkpoints_then_commits_and_stops_cleanly(tmp_path: Path) -> No
     assert runner.connected and runner.not_ready_reason is None
     assert runner.stop(timeout=TIMEOUT_S)
     assert consumer.closed
-    assert consumer.metadata_before_subscribe == ["t"], "topic metadata before the first join"
+    assert consumer.metadata_before_join == ["t"], "topic metadata between subscribe and join"
     assert consumer.events[0] == "beginning t/0"
     # every commit follows a save, and commits exactly the saved offsets
     for i, event in enumerate(consumer.events):

@@ -148,3 +148,26 @@ def test_a_missing_topic_is_retried(accepted: list[bytes]) -> None:
         assert follower.state is None and follower.caught_up_at is None
     finally:
         assert follower.stop(WAIT_S)
+
+
+HELD_S = 0.2
+"""How long a paused follower is watched reading nothing (many of its poll waits)."""
+
+
+def test_a_paused_follower_reads_nothing_until_resumed(
+    topic: FakeStateTopic, follower: StateFollower, accepted: list[bytes]
+) -> None:
+    topic.append(KEY, encode_state_record(b"one", 1))
+    wait_until(lambda: accepted == [b"one"], "the first record")  # control: it reads
+    follower.pause()
+    wait_until(lambda: follower.paused, "the follower pausing")
+    caught_up = follower.caught_up_at
+    topic.append(KEY, encode_state_record(b"two", 2))
+    follower.request_end_check()
+    time.sleep(HELD_S)
+    assert accepted == [b"one"] and follower.caught_up_at == caught_up
+    follower.resume()
+    assert not follower.paused
+    wait_until(lambda: accepted == [b"one", b"two"], "the record committed while paused")
+    state = follower.state
+    assert state is not None and state.sequence == 2

@@ -101,3 +101,69 @@ def test_an_unconfirmed_or_disabled_warm_state_is_not_used(tmp_path: Path, case:
     finally:
         owner.stop_following(timeout=5.0)
     assert engine.applied == 0
+
+
+@pytest.mark.parametrize("others", ["empty-topic", "another-key", "damaged-record"])
+def test_a_confirmed_follower_without_a_record_of_the_key_spares_the_topic_read(
+    tmp_path: Path, others: str
+) -> None:
+    topic = FakeStateTopic()
+    owner, engine = _owner(tmp_path, topic, warm=True)
+    if others == "another-key":
+        topic.append(b"another key", encode_state_record(_learned_payload(), SEQUENCE))
+    if others == "damaged-record":
+        topic.append(owner.key, b"not a state record")
+    owner.start_following()
+    try:
+        wait_until(lambda: owner.warm, "the follower at the end of the state topic")
+        if others == "damaged-record":
+            # Control: a record of the key it could not verify may hide an older good one.
+            with pytest.raises(TopicReadError):
+                owner.restore()
+            return
+        report = owner.restore()  # no TopicReadError: the topic is not read again
+    finally:
+        owner.stop_following(timeout=5.0)
+    assert report is not None and report.sequence is None and report.seen == 0
+    assert engine.applied == 0
+
+
+class _Producer:
+    """A kafka-python producer stand-in: registering is all a takeover asks of it."""
+
+    def init_transactions(self) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_the_owner_pauses_its_follower_while_it_owns(tmp_path: Path) -> None:
+    topic = FakeStateTopic()
+    engine = _engine()
+    owner = Owner(
+        engine,
+        CheckpointStore(tmp_path),
+        TransactionSettings(state_topic=TOPIC, model_id="t", state_read_timeout_seconds=1.0),
+        GROUP,
+        {},
+        build_producer=lambda config: _Producer(),
+        follower_consumer=topic.consumer,
+    )
+    topic.append(owner.key, encode_state_record(_learned_payload(), SEQUENCE))
+    owner.start_following()
+    try:
+        wait_until(lambda: owner.warm, "the follower holding the newest record")
+        assert owner.following  # control: a standby follows
+        report = owner.activate()
+        assert report is not None and report.sequence == SEQUENCE, "restored warm"
+        assert engine.applied == LEARNED
+        wait_until(lambda: not owner.following, "the owner's follower pausing")
+        owner.discard()  # the partitions may be lost: follow again
+        assert owner.following
+        owner.activate()
+        wait_until(lambda: not owner.following, "the owner's follower pausing again")
+        owner.close()
+        assert owner.following
+    finally:
+        owner.stop_following(timeout=5.0)
