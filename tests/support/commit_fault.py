@@ -4,7 +4,9 @@ Run as ``python -m tests.support.commit_fault`` with :data:`KILL_AT_COMMIT_ENV` 
 ``commit_transaction`` first flushes (every record of the transaction, its dead letters and its
 state record, is then on the broker, uncommitted) and its offsets have been sent, then the process
 kills itself with SIGKILL before the commit is requested. Production code carries no such hook:
-this module patches kafka-python's producer in the child process only.
+this module patches the service's transactional producer
+(:class:`consumers.transactional_client.BoundedTransactions`, the commit every transaction goes
+through) in the child process only.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from kafka import KafkaProducer
-
+from consumers.transactional_client import BoundedTransactions
 from service.cli.main import main as novikoff_main
 
 KILL_AT_COMMIT_ENV = "COMMIT_FAULT_KILL_AT"
@@ -24,7 +25,7 @@ SENT_MARKER = "commit_fault: every record of transaction sent; SIGKILL before co
 
 def install(kill_at: int) -> None:
     """Make the ``kill_at``-th ``commit_transaction`` of this process a SIGKILL."""
-    original = KafkaProducer.commit_transaction
+    original = BoundedTransactions.commit_transaction
     commits = 0
 
     def commit_transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -36,7 +37,7 @@ def install(kill_at: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return original(self, *args, **kwargs)
 
-    KafkaProducer.commit_transaction = commit_transaction  # type: ignore[method-assign]
+    BoundedTransactions.commit_transaction = commit_transaction  # type: ignore[method-assign]
 
 
 def main() -> None:
