@@ -27,7 +27,7 @@ positioned at the engine's next offsets. The listener runs on kafka-python's IO 
 consumer thread is blocked inside ``poll()``/``close()``, and only touches the engine under its
 lock. A join kafka-python 3.0.12 would leave unfinished (one its IO thread completed while the
 consumer thread was away from ``poll()``) is asked for again before each poll
-(:func:`_resume_stranded_join`).
+(:func:`consumers.kafka_compat.resume_stranded_join`).
 
 Failures: the consumer is built lazily and rebuilt after errors, with exponential backoff; when
 the broker is away, ``poll()`` waits instead of spinning and :attr:`ConsumerRunner.connected`
@@ -71,6 +71,7 @@ from consumers.kafka_clients import (
     kafka_consumer,
     kafka_producer,
 )
+from consumers.kafka_compat import resume_stranded_join
 from consumers.partitions import offsets_text
 from consumers.reports import PartitionKey
 from consumers.state.checkpoint import CheckpointStore
@@ -293,7 +294,7 @@ class ConsumerRunner:
         consumer = self._consumer
         assert consumer is not None
         started = time.monotonic()
-        _resume_stranded_join(consumer)
+        resume_stranded_join(consumer)
         polled = consumer.poll(
             timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
         )
@@ -849,35 +850,6 @@ def _resuming(
         and records
         and engine.next_offset(tp.topic, tp.partition) == records[0].offset
     }
-
-
-def _resume_stranded_join(consumer: Consumer) -> bool:
-    """Make the next ``poll()`` finish a group join kafka-python started and then forgot.
-
-    kafka-python 3.0.12 runs a JoinGroup/SyncGroup round as a task on its IO thread and completes
-    it (member stable, heartbeats back on, the assignment installed, ``on_partitions_assigned``)
-    only in a later ``poll()`` that finds ``need_rejoin()`` true. A round the group leader starts
-    because its topic metadata changed clears that very trigger itself (the leader records the
-    metadata it assigns), so when ``poll()`` returned before the round ended (its timeout ran
-    out, or the consumer thread was away committing a transaction or restoring), no later
-    ``poll()`` completes it: the member stays "rebalancing" with heartbeats off and never learns
-    again. Invariant restored here: a member in the middle of a join (``rejoining``) always has
-    ``need_rejoin()`` true, so the next ``poll()`` awaits the round or starts a fresh one.
-
-    Returns whether a stranded join was found.
-    """
-    coordinator = getattr(consumer, "_coordinator", None)
-    if coordinator is None or getattr(coordinator, "rejoining", False) is not True:
-        return False
-    try:
-        if coordinator.need_rejoin():
-            return False
-        coordinator.request_rejoin()
-    except Exception as exc:
-        logger.debug("group join state unavailable: %r", exc)
-        return False
-    logger.warning("kafka-python left a group join unfinished; rejoining the group")
-    return True
 
 
 def _topic_in_metadata(consumer: Consumer, topic: str) -> bool | None:

@@ -39,7 +39,8 @@ from consumers.dlq import default_dead_letter_topic
 from consumers.engine import Engine
 from consumers.faults import ConsumerFault, FaultObserver, NullFaultObserver, classify
 from consumers.kafka_clients import RunnerSettings
-from consumers.mixing._kafka import kafka_consumer, restore_parked_records
+from consumers.kafka_compat import restore_parked_records
+from consumers.mixing._kafka import kafka_consumer
 from consumers.mixing.contribution import Contribution, ContributionError
 from consumers.mixing.ledger import MixLedger
 from consumers.mixing.producer import ShardProducer, shard_transactional_id

@@ -5,14 +5,14 @@ a later ``poll()`` that still finds ``need_rejoin()`` true. A round the group le
 because its topic's metadata changed clears that trigger itself, so a round that ends while the
 consumer thread is busy elsewhere (committing a transaction, restoring the state: the exactly-once
 owner does both between polls) used to be left unfinished: heartbeats off, no assignment, the
-owner never learned again (the "stall after a rebalance"). :func:`consumers.runner.
-_resume_stranded_join` makes the next ``poll()`` finish it.
+owner never learned again (the "stall after a rebalance").
+:func:`consumers.kafka_compat.resume_stranded_join` makes the next ``poll()`` finish it.
 
 The test reproduces that sequence deterministically: the owner is learning; a partition is added
 to its topic (its metadata changes, so it rejoins as leader); the consumer thread starts that
 round with a ``poll(timeout_ms=0)`` and stays away until the round has ended. The owner must then
 learn the records produced afterwards on both partitions. Control: without
-``_resume_stranded_join`` it never does (the runner stays "joining the consumer group").
+``resume_stranded_join`` it never does (the runner stays "joining the consumer group").
 """
 
 from __future__ import annotations

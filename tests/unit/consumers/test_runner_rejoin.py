@@ -12,7 +12,8 @@ import pytest
 
 from consumers.decoding.events import Record
 from consumers.engine import Engine
-from consumers.runner import _resume_stranded_join, _resuming
+from consumers.kafka_compat import resume_stranded_join
+from consumers.runner import _resuming
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.fakes import TopicPartition
 
@@ -46,7 +47,7 @@ def test_a_join_left_unfinished_is_asked_again(
 ) -> None:
     coordinator = _Coordinator(rejoining=rejoining, need_rejoin=need_rejoin)
     caplog.set_level(logging.WARNING, logger="consumers.runner")
-    assert _resume_stranded_join(_Client(coordinator)) is stranded  # type: ignore[arg-type]
+    assert resume_stranded_join(_Client(coordinator)) is stranded  # type: ignore[arg-type]
     # The invariant afterwards: a member in the middle of a join has need_rejoin() true.
     assert coordinator.need_rejoin() is (need_rejoin or rejoining)
     warned = [r for r in caplog.records if "left a group join unfinished" in r.getMessage()]
@@ -54,7 +55,7 @@ def test_a_join_left_unfinished_is_asked_again(
 
 
 def test_a_client_without_a_coordinator_is_left_alone() -> None:
-    assert _resume_stranded_join(object()) is False  # type: ignore[arg-type]
+    assert resume_stranded_join(object()) is False  # type: ignore[arg-type]
 
 
 def _engine() -> Engine:
