@@ -57,8 +57,11 @@ CATCH_UP_TIMEOUT_S = 30.0
 WAITING_POLL_MS = 50
 """How long one turn waits for contributions while no owned shard is learning."""
 IDLE_EVENTS_POLL_MS = 5
-"""How long one turn polls the events while no owned shard is learning (never 0: kafka-python's
-group upkeep, heartbeats and the poll interval, needs time inside poll())."""
+"""How long one turn polls the events while every owned shard waits for a mix (never 0:
+kafka-python's group upkeep, heartbeats and the poll interval, needs time inside poll()). A
+member that owns nothing polls for the full ``poll_timeout_ms`` instead: kafka-python 3.0.12
+finishes a join round only inside a poll() still running when the round's answers arrive, and a
+poll shorter than the round starts a new round every turn (the group never settles)."""
 FOLLOW_POLL_MS = 1
 """How long a turn with shards learning waits for contributions (fetches run in the
 background)."""
@@ -389,7 +392,7 @@ class MixingRunner:
         self._start_rounds(ledger)
         restore_parked_records(consumer)
         polled = consumer.poll(
-            timeout_ms=self._settings.poll_timeout_ms if self._shards else IDLE_EVENTS_POLL_MS,
+            timeout_ms=self._events_poll_ms(),
             max_records=self._settings.max_poll_records,
         )
         self._connected = True
@@ -422,6 +425,12 @@ class MixingRunner:
                 self._caught_up_at = now
         self._connected = True
         self._reason = None
+
+    def _events_poll_ms(self) -> int:
+        """The events poll's timeout: short only while owned shards all wait for a mix."""
+        if self._shards or not self._owned:
+            return self._settings.poll_timeout_ms
+        return IDLE_EVENTS_POLL_MS
 
     def _ensure_ledger(self) -> MixLedger | None:
         if self._ledger is not None:
