@@ -15,7 +15,7 @@ import pytest
 from kafka.errors import KafkaConnectionError, UnsupportedCodecError
 
 from consumers.faults import FaultKind
-from consumers.mixing.runner import MixingOptions, MixingRunner
+from consumers.mixing.runner import IDLE_EVENTS_POLL_MS, MixingOptions, MixingRunner
 from learning import DenseEncoder, LabelMap, Perceptron
 from learning.mixing import DistributedBound
 from tests.unit.consumers.test_faults import CountingObserver
@@ -107,3 +107,14 @@ def test_a_transient_error_is_retried_without_a_standing_fault(
         assert error_lines(caplog) == []
     finally:
         assert mixing.stop(timeout=TIMEOUT_S)
+
+
+def test_a_learner_owning_nothing_polls_long_enough_to_finish_its_group_join() -> None:
+    """kafka-python completes a join only inside a poll() still running when its answers arrive:
+    a learner that owns nothing (joining) polls for the full timeout; only owned shards all
+    waiting for a mix poll briefly (the control: the short poll exists)."""
+    mixing = runner(KafkaConnectionError("unused"), CountingObserver())
+    full = mixing._settings.poll_timeout_ms
+    assert mixing._events_poll_ms() == full
+    mixing._owned.add(0)
+    assert mixing._events_poll_ms() == IDLE_EVENTS_POLL_MS < full
