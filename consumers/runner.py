@@ -84,6 +84,8 @@ MIN_COMMIT_TIMEOUT_MS = 100
 QUICK_POLL_SHARE = 0.5
 """An empty poll that returns faster than this share of its timeout while disconnected is
 followed by a backoff wait, so a misbehaving client can never spin the CPU."""
+SHUTDOWN_COMMIT_SHARE = 0.5
+"""The share of ``shutdown_deadline_seconds`` the final transaction may wait for the broker."""
 LEAVE_GROUP_TIMEOUT_MS = 1_000
 """How long closing a consumer on a reachable broker waits to leave its group cleanly."""
 
@@ -771,6 +773,11 @@ class ConsumerRunner:
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self._settings.shutdown_deadline_seconds
         saved = True
+        if self._owner is not None:
+            # The final transaction may meet a broker that is away: it gets a share of the
+            # deadline, the rest is for closing the clients.
+            share_ms = self._settings.shutdown_deadline_seconds * 1000 * SHUTDOWN_COMMIT_SHARE
+            self._owner.producer.limit_waits(int(share_ms))
         if self._applied_since_checkpoint:
             saved = self._checkpoint("shutdown")
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))

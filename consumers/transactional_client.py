@@ -38,6 +38,10 @@ class BoundedTransactions:
         self._producer = producer
         self._wait_ms = wait_ms
 
+    def limit_waits(self, wait_ms: int) -> None:
+        """Wait at most ``wait_ms`` from now on (a shutdown's remaining time)."""
+        self._wait_ms = max(0, min(self._wait_ms, wait_ms))
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._producer, name)
 

@@ -335,6 +335,12 @@ class TransactionalProducer:
         if self._producer is not None:
             self._producer.flush(timeout=timeout)
 
+    def limit_waits(self, wait_ms: int) -> None:
+        """Bound the producer's transactional waits by ``wait_ms`` (a shutdown deadline)."""
+        limit = getattr(self._producer, "limit_waits", None)
+        if limit is not None:
+            limit(wait_ms)
+
     def commit(
         self,
         state_topic: str,

@@ -244,7 +244,12 @@ def test_a_broker_outage_keeps_predictions_up_and_recovers_by_itself(
 def test_sigterm_during_an_outage_still_stops_in_time_with_a_checkpoint(
     outage: CutBroker, topic_name: str, tmp_path: Path
 ) -> None:
+    """The local-checkpoint mode (``kafka.transactions = false``): its final checkpoint is the
+    local file, written although the broker is away. With transactions the final transaction
+    cannot reach the broker (see the README's known defects: the stop then takes the whole
+    deadline)."""
     service, _, _ = service_with_first_events(outage, topic_name, tmp_path)
+    service.extra_env["NOVIKOFF_KAFKA__TRANSACTIONS"] = "false"
     try:
         service.start()
         service.wait_for("drained", lambda s: s["seen"] == FIRST_EVENTS, DRAIN_TIMEOUT_S)
