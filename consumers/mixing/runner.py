@@ -505,7 +505,7 @@ class MixingRunner:
         if producer is None:
             transactional_id = shard_transactional_id(self._settings.group, self._settings.topic, p)
             producer = ShardProducer(
-                self._settings.connection_config(), transactional_id, self._build_producer
+                self._settings.connection_config(), transactional_id, self._shard_producer
             )
             self._producers[p] = producer
         producer.activate()
@@ -525,6 +525,18 @@ class MixingRunner:
         logger.info(
             "partition %d active: round %d next, from offset %d", p, position[0] + 1, position[1]
         )
+
+    def _shard_producer(self, config: Mapping[str, Any]) -> Any:
+        """A shard's producer that already knows the contributions topic's partitions: the
+        metadata request a first send would make happens on activation, not in a round's
+        commit, where every shard of the next round waits for it."""
+        producer = self._build_producer(config)
+        try:
+            producer.partitions_for(self._options.contributions_topic)
+        except BaseException:
+            producer.close(timeout=0)
+            raise
+        return producer
 
     def _start_rounds(self, ledger: MixLedger) -> None:
         mixed = ledger.current
