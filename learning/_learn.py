@@ -12,6 +12,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from learning._binary_step import close_update, count_predictions, open_update
 from learning._kernels import (
     ACTIVE_CLASSES,
     BORN_MODEL,
@@ -41,7 +42,6 @@ from learning._kernels import (
 from learning._voter_index import link_entries, vote_binary_indexed, vote_scratch
 from learning._voters import (
     DENSE_RUN,
-    NO_ROW,
     newest_slot,
     open_entry,
     position_map,
@@ -299,14 +299,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
             return i
         target = y[i]
-        seen = counters[SEEN]
-        live = seen - counters[BORN_MODEL]
-        score, total = row_scores(w, a, seen, cols, vals, dense, partial)
-        predicted = sign(score)
-        if predicted != target:
-            counters[PQ_LAST] += 1
-        if sign(total) != target:
-            counters[PQ_AVERAGED] += 1
+        score, seen, live = count_predictions(w, a, cols, vals, dense, target, counters, partial)
         if prequential_voted:
             if by_columns:
                 acc = vote_binary_columns(
@@ -327,14 +320,13 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 counters[PQ_VOTED] += 1
         norm_sq = row_sq[0]
         out_margins[i] = target * score / math.sqrt(norm_sq) if norm_sq > 0.0 else 0.0
-        out_predictions[i] = predicted
+        out_predictions[i] = sign(score)
         update = target * score <= 0.0
         out_updates[i] = update
         if update:
-            touched = count_touched(vals) if live > 0 else 0
-            entry = open_entry(
-                live, touched, 0, NO_ROW, log_counts, log_rows,
-                log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
+            entry, touched = open_update(
+                vals, live, log_counts, log_rows, log_start, log_len, counters, max_voters,
+                max_entries, log_cols.shape[0],
             )  # fmt: skip
             if entry >= 0 and by_columns:
                 slot = newest_slot(counters, log_counts.shape[0], 0)
@@ -348,8 +340,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 oldest = counters[DROPPED_VOTERS]
                 voter = oldest + counters[N_VOTERS] - 1
                 link_entries(entry, touched, voter, oldest, log_cols, column_newest, links)
-            counters[BORN_MODEL] = seen
-            counters[UPDATES] += 1
+            close_update(counters, seen)
         counters[SEEN] = seen + 1
     return -1
 

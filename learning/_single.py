@@ -22,6 +22,7 @@ from functools import cache
 import numpy as np
 from numba import types
 
+from learning._binary_step import close_update, count_predictions, open_update
 from learning._kernels import (
     FLOAT_MATRIX,
     FLOATS,
@@ -35,7 +36,7 @@ from learning._kernels import (
     compiled_entry,
     row_scores,
 )
-from learning._learn import learn_binary
+from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
 from learning._voter_index import LINK_FIELDS
 from learning._voters import log_needs_room
@@ -74,6 +75,26 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     UPDATED, NO_UPDATE or NEEDS_ROOM (nothing changed)."""
     if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
         return NEEDS_ROOM
+    if not prequential_voted:
+        cols = columns[:n]
+        vals = values[:n]
+        partial = np.empty(PARTIAL_SUMS)
+        score, seen, live = count_predictions(
+            weights[0], weight_sums[0], cols, vals, dense, target, counters, partial
+        )
+        update = target * score <= 0.0
+        if update:
+            entry, touched = open_update(
+                vals, live, log_counts, log_rows, log_start, log_len, counters, max_voters,
+                max_entries, log_cols.shape[0],
+            )  # fmt: skip
+            apply_update(
+                weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
+                UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == n,
+            )  # fmt: skip
+            close_update(counters, seen)
+        counters[SEEN] = seen + 1
+        return UPDATED if update else NO_UPDATE
     indptr = np.zeros(2, dtype=np.int64)
     indptr[1] = n
     y = np.full(1, target)
