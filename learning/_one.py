@@ -37,6 +37,7 @@ from learning import _single
 from learning._arrays import NO_COLUMNS
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
+from learning._state_pack import state_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
@@ -189,11 +190,9 @@ def learn_binary_buffered(
         return learn_binary_row(learner, columns, values, n, dense=complete, target=target)
     if state.voter_columns is not NO_COLUMNS:
         learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
-    result = _single.learn_one_entry()(
-        columns, values, n, complete, target, state.weights, state.weight_sums, state.row_sq,
-        state.log_counts, state.log_rows, state.log_start, state.log_len, state.log_cols,
-        state.log_old, state.counters, NO_COLUMNS, learner.max_voters, learner._max_entries,
-        False,
+    result = _single.learn_packed_entry()(
+        state_pack(state), columns, values, n, complete, target, learner.max_voters,
+        learner._max_entries,
     )  # fmt: skip
     if result == _single.NEEDS_ROOM:
         return learn_binary_row(learner, columns, values, n, dense=complete, target=target)

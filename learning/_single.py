@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import numpy as np
 from numba import types
@@ -32,12 +33,14 @@ from learning._kernels import (
     SEEN,
     Floats,
     Ints,
+    _inline,
     _jit,
     compiled_entry,
     row_scores,
 )
 from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
+from learning._state_pack import PACK_TYPE
 from learning._voter_index import LINK_FIELDS
 from learning._voters import log_needs_room
 
@@ -46,6 +49,72 @@ NO_CHECK = 0.0
 NEEDS_ROOM = -1
 NO_UPDATE = 0
 UPDATED = 1
+
+
+@_inline
+def learn_unvoted(  # noqa: PLR0917 - numba kernels take positional arrays
+    columns: Ints,
+    values: Floats,
+    n: int,
+    dense: bool,
+    target: float,
+    weights: Floats,
+    weight_sums: Floats,
+    row_sq: Floats,
+    log_counts: Ints,
+    log_rows: Ints,
+    log_start: Ints,
+    log_len: Ints,
+    log_cols: Ints,
+    log_old: Floats,
+    counters: Ints,
+    max_voters: int,
+    max_entries: int,
+) -> int:
+    """:func:`learn_binary_one` of a learner that does not count the prequential vote: the
+    steps of :mod:`learning._binary_step` in :func:`learning._learn.learn_binary`'s order, with
+    no batch outputs or vote scratch allocated."""
+    if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
+        return NEEDS_ROOM
+    cols = columns[:n]
+    vals = values[:n]
+    partial = np.empty(PARTIAL_SUMS)
+    score, seen, live = count_predictions(
+        weights[0], weight_sums[0], cols, vals, dense, target, counters, partial
+    )
+    update = target * score <= 0.0
+    if update:
+        entry, touched = open_update(
+            vals, live, log_counts, log_rows, log_start, log_len, counters, max_voters,
+            max_entries, log_cols.shape[0],
+        )  # fmt: skip
+        apply_update(
+            weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
+            UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == n,
+        )  # fmt: skip
+        close_update(counters, seen)
+    counters[SEEN] = seen + 1
+    return UPDATED if update else NO_UPDATE
+
+
+@_jit
+def learn_binary_packed(  # noqa: PLR0917 - numba kernels take positional arrays
+    pack: Any,
+    columns: Ints,
+    values: Floats,
+    n: int,
+    dense: bool,
+    target: float,
+    max_voters: int,
+    max_entries: int,
+) -> int:
+    """:func:`learn_unvoted` on the arrays of a :class:`learning._state_pack.StatePack` (one
+    argument instead of ten)."""
+    return learn_unvoted(
+        columns, values, n, dense, target, pack.weights, pack.weight_sums, pack.row_sq,
+        pack.log_counts, pack.log_rows, pack.log_start, pack.log_len, pack.log_cols,
+        pack.log_old, pack.counters, max_voters, max_entries,
+    )  # fmt: skip
 
 
 @_jit
@@ -76,25 +145,10 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
         return NEEDS_ROOM
     if not prequential_voted:
-        cols = columns[:n]
-        vals = values[:n]
-        partial = np.empty(PARTIAL_SUMS)
-        score, seen, live = count_predictions(
-            weights[0], weight_sums[0], cols, vals, dense, target, counters, partial
-        )
-        update = target * score <= 0.0
-        if update:
-            entry, touched = open_update(
-                vals, live, log_counts, log_rows, log_start, log_len, counters, max_voters,
-                max_entries, log_cols.shape[0],
-            )  # fmt: skip
-            apply_update(
-                weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
-                UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == n,
-            )  # fmt: skip
-            close_update(counters, seen)
-        counters[SEEN] = seen + 1
-        return UPDATED if update else NO_UPDATE
+        return learn_unvoted(
+            columns, values, n, dense, target, weights, weight_sums, row_sq, log_counts,
+            log_rows, log_start, log_len, log_cols, log_old, counters, max_voters, max_entries,
+        )  # fmt: skip
     indptr = np.zeros(2, dtype=np.int64)
     indptr[1] = n
     y = np.full(1, target)
@@ -143,6 +197,18 @@ PREDICT_ONE_TYPES = (
     INTS, FLOATS, types.int64, types.boolean, FLOAT_MATRIX, FLOAT_MATRIX, INTS, types.int64,
 )  # fmt: skip
 """The argument types of :func:`predict_binary_one` as predict_one passes them."""
+
+
+LEARN_PACKED_TYPES = (
+    PACK_TYPE, INTS, FLOATS, types.int64, types.boolean, types.float64, types.int64, types.int64,
+)  # fmt: skip
+"""The argument types of :func:`learn_binary_packed` as learn_one passes them."""
+
+
+@cache
+def learn_packed_entry() -> Callable[..., int]:
+    """The compiled :func:`learn_binary_packed` for LEARN_PACKED_TYPES."""
+    return compiled_entry(learn_binary_packed, LEARN_PACKED_TYPES)
 
 
 @cache

@@ -315,13 +315,12 @@ class ObjectEncoder(EncoderBase):
                 )
             if not features:
                 raise FeatureError("empty_features", "the event has no features")
-        mapping = cast(Mapping[Any, Any], features)  # a dict or a Mapping, checked above
-        if len(mapping) > self.max_features_per_event:
+        if len(features) > self.max_features_per_event:
             raise FeatureError(
                 "too_many_features",
-                f"{len(mapping)} features; at most {self.max_features_per_event} per event",
+                f"{len(features)} features; at most {self.max_features_per_event} per event",
             )
-        return mapping
+        return features
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         """Validated distinct columns and their values, in event order, bias left out."""
