@@ -13,11 +13,12 @@ encoding the event, then one kernel. Both are kept lean:
 * a vocabulary event listing the whole vocabulary in order is keyed the same way (its values
   packed as float64), so that reuse holds for dense dicts too;
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
-  arguments than the batch kernels and run the same per-event code, so the results are
-  bit-identical to ``learn_batch`` on the same rows; with a buffered encoder
-  (``SingleEvent.binary_buffered``) through one flat path per call and the kernels' compiled
-  entries. Multiclass learners and the voted predictor take the batch kernels with a batch of
-  one.
+  arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
+  code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
+  encoder (``SingleEvent.binary_buffered``) through one flat path per call and the kernels'
+  compiled entries, the state's arrays passed as one :mod:`learning._state_pack` structure
+  when the prequential vote is not counted. Multiclass learners and the voted predictor take
+  the batch kernels with a batch of one.
 
 Encoders that do not vouch for their output (``validated_output`` false) go through
 ``learn_batch``'s checks, so a bad value is refused with nothing changed.

@@ -1,17 +1,21 @@
 """Kernels of one event: the binary learners' ``learn_one`` and ``predict_one``.
 
 The batch kernels serve one event too, but for one event a call costs mostly its arguments
-(about 0.1 µs an array, measured): these take fewer, the row being the leading ``n`` entries of
-the learner's reusable buffers, and run the batch kernels' code (``learn_binary`` on a batch of
-one, ``point_prediction``), so the results are bit-identical. They size nothing: when the
-voters' log needs room, :func:`learn_binary_one` returns ``NEEDS_ROOM`` before changing anything
-and the caller grows it.
+(about 55 ns an array, measured) and the batch's allocations: these take fewer, the row being the
+leading ``n`` entries of the learner's reusable buffers, and run the batch kernels' code, so the
+results are bit-identical. Without the prequential vote a learner's event runs the per-event
+steps of :mod:`learning._binary_step` (:func:`learn_unvoted`: nothing allocated but four partial
+sums); with it, ``learn_binary`` on a batch of one; predictions run ``point_prediction``. They
+size nothing: when the voters' log needs room, the learning kernels return ``NEEDS_ROOM`` before
+changing anything and the caller grows it.
 
-Their callers skip numba's dispatcher: :func:`learn_one_entry` and :func:`predict_one_entry` are
-the machine code compiled for one signature (:func:`learning._kernels.compiled_entry`), called
-with arguments of exactly those types: the learner's row buffers and a state whose arrays are all
-writable and C-contiguous (``LinearState.irregular`` empty). For 19 arguments that is 1.3 µs a
-call instead of 2.2 µs through the dispatcher (measured).
+Their callers skip numba's dispatcher: :func:`learn_packed_entry`, :func:`learn_one_entry` and
+:func:`predict_one_entry` are the machine code compiled for one signature
+(:func:`learning._kernels.compiled_entry`), called with arguments of exactly those types: the
+learner's row buffers and a state whose arrays are all writable and C-contiguous
+(``LinearState.irregular`` empty). :func:`learn_binary_packed` takes the state's arrays as one
+:class:`learning._state_pack.StatePack` (measured: about 0.35 µs a call instead of 0.8 µs for the
+19 arguments of :func:`learn_binary_one`, itself 2.2 µs through the dispatcher).
 """
 
 from __future__ import annotations
