@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from learning._binary_step import close_update, count_predictions, open_update
+from learning._binary_step import close_update, count_mistakes
 from learning._kernels import (
     ACTIVE_CLASSES,
     BORN_MODEL,
@@ -42,6 +42,7 @@ from learning._kernels import (
 from learning._voter_index import link_entries, vote_binary_indexed, vote_scratch
 from learning._voters import (
     DENSE_RUN,
+    NO_ROW,
     newest_slot,
     open_entry,
     position_map,
@@ -299,7 +300,11 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
             return i
         target = y[i]
-        score, seen, live = count_predictions(w, a, cols, vals, dense, target, counters, partial)
+        seen = counters[SEEN]
+        live = seen - counters[BORN_MODEL]
+        score, total = row_scores(w, a, seen, cols, vals, dense, partial)
+        predicted = sign(score)
+        count_mistakes(score, total, target, counters)
         if prequential_voted:
             if by_columns:
                 acc = vote_binary_columns(
@@ -320,13 +325,14 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 counters[PQ_VOTED] += 1
         norm_sq = row_sq[0]
         out_margins[i] = target * score / math.sqrt(norm_sq) if norm_sq > 0.0 else 0.0
-        out_predictions[i] = sign(score)
+        out_predictions[i] = predicted
         update = target * score <= 0.0
         out_updates[i] = update
         if update:
-            entry, touched = open_update(
-                vals, live, log_counts, log_rows, log_start, log_len, counters, max_voters,
-                max_entries, log_cols.shape[0],
+            touched = count_touched(vals) if live > 0 else 0
+            entry = open_entry(
+                live, touched, 0, NO_ROW, log_counts, log_rows,
+                log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
             )  # fmt: skip
             if entry >= 0 and by_columns:
                 slot = newest_slot(counters, log_counts.shape[0], 0)

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from learning._binary_step import close_update, count_predictions, open_update
+from learning._binary_step import close_update, count_mistakes
 from learning._kernels import (
+    BORN_MODEL,
     FLOAT_MATRIX,
     FLOATS,
     INT_MATRIX,
@@ -40,13 +41,14 @@ from learning._kernels import (
     _inline,
     _jit,
     compiled_entry,
+    count_touched,
     row_scores,
 )
 from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
 from learning._state_pack import PACK_TYPE
 from learning._voter_index import LINK_FIELDS
-from learning._voters import log_needs_room
+from learning._voters import NO_ROW, log_needs_room, open_entry
 
 NO_CHECK = 0.0
 """The ``limit`` of a kernel whose row was checked beforehand (the encoder vouches for it)."""
@@ -83,14 +85,16 @@ def learn_unvoted(  # noqa: PLR0917 - numba kernels take positional arrays
     cols = columns[:n]
     vals = values[:n]
     partial = np.empty(PARTIAL_SUMS)
-    score, seen, live = count_predictions(
-        weights[0], weight_sums[0], cols, vals, dense, target, counters, partial
-    )
+    seen = counters[SEEN]
+    live = seen - counters[BORN_MODEL]
+    score, total = row_scores(weights[0], weight_sums[0], seen, cols, vals, dense, partial)
+    count_mistakes(score, total, target, counters)
     update = target * score <= 0.0
     if update:
-        entry, touched = open_update(
-            vals, live, log_counts, log_rows, log_start, log_len, counters, max_voters,
-            max_entries, log_cols.shape[0],
+        touched = count_touched(vals) if live > 0 else 0
+        entry = open_entry(
+            live, touched, 0, NO_ROW, log_counts, log_rows, log_start, log_len, counters,
+            max_voters, max_entries, log_cols.shape[0],
         )  # fmt: skip
         apply_update(
             weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
