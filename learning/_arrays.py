@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning._state_pack import PACK_KEY
 from learning._voter_index import build_index
 from learning._voters import DENSE_RUN, NO_ROW, empty_log, log_needs_room
 from learning.errors import StateError
@@ -158,6 +159,7 @@ class LinearState:
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         if name in KERNEL_ARRAYS:
+            self.__dict__.pop(PACK_KEY, None)  # it holds the arrays replaced (learning._state_pack)
             irregular = self.__dict__.setdefault("irregular", set())
             if value.flags.c_contiguous and value.flags.writeable:
                 irregular.discard(name)

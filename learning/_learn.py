@@ -12,6 +12,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from learning._binary_step import close_update, count_mistakes
 from learning._kernels import (
     ACTIVE_CLASSES,
     BORN_MODEL,
@@ -303,10 +304,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         live = seen - counters[BORN_MODEL]
         score, total = row_scores(w, a, seen, cols, vals, dense, partial)
         predicted = sign(score)
-        if predicted != target:
-            counters[PQ_LAST] += 1
-        if sign(total) != target:
-            counters[PQ_AVERAGED] += 1
+        count_mistakes(score, total, target, counters)
         if prequential_voted:
             if by_columns:
                 acc = vote_binary_columns(
@@ -348,8 +346,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                 oldest = counters[DROPPED_VOTERS]
                 voter = oldest + counters[N_VOTERS] - 1
                 link_entries(entry, touched, voter, oldest, log_cols, column_newest, links)
-            counters[BORN_MODEL] = seen
-            counters[UPDATES] += 1
+            close_update(counters, seen)
         counters[SEEN] = seen + 1
     return -1
 

@@ -13,11 +13,12 @@ encoding the event, then one kernel. Both are kept lean:
 * a vocabulary event listing the whole vocabulary in order is keyed the same way (its values
   packed as float64), so that reuse holds for dense dicts too;
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
-  arguments than the batch kernels and run the same per-event code, so the results are
-  bit-identical to ``learn_batch`` on the same rows; with a buffered encoder
-  (``SingleEvent.binary_buffered``) through one flat path per call and the kernels' compiled
-  entries. Multiclass learners and the voted predictor take the batch kernels with a batch of
-  one.
+  arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
+  code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
+  encoder (``SingleEvent.binary_buffered``) through one flat path per call and the kernels'
+  compiled entries, the state's arrays passed as one :mod:`learning._state_pack` structure
+  when the prequential vote is not counted. Multiclass learners and the voted predictor take
+  the batch kernels with a batch of one.
 
 Encoders that do not vouch for their output (``validated_output`` false) go through
 ``learn_batch``'s checks, so a bad value is refused with nothing changed.
@@ -34,8 +35,10 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning import _single
+from learning._arrays import NO_COLUMNS
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
+from learning._state_pack import state_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
@@ -171,20 +174,30 @@ def learn_binary_buffered(
 ) -> bool:
     """``learn_one`` of a ``binary_buffered`` learner: :func:`sparse_row` then
     :func:`learn_sparse`, with nothing they check that cannot change from one event to the
-    next (the learner's kind, its encoder's guarantees) asked again."""
+    next (the learner's kind, its encoder's guarantees) asked again, and the compiled entry
+    called here when the state's arrays are regular."""
     columns = single.columns
+    values = single.values
     encoder: Any = learner.encoder
     previous = single.key
     single.key = None  # the buffers are being written: nothing to reuse if that fails
-    n, single.key = encoder.encode_sparse_into(
-        x, columns, single.values, grow=True, previous=previous
-    )
+    n, single.key = encoder.encode_sparse_into(x, columns, values, grow=True, previous=previous)
     state = learner._state
     dimension = encoder.dimension
     if dimension > state.weights.shape[1]:
         state.ensure_shape(state.rows, dimension)
     complete = n > 0 and int(columns[n - 1]) == n - 1
-    return learn_binary_row(learner, columns, single.values, n, dense=complete, target=target)
+    if state.irregular or learner.prequential_voted:
+        return learn_binary_row(learner, columns, values, n, dense=complete, target=target)
+    if state.voter_columns is not NO_COLUMNS:
+        learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
+    result = _single.learn_packed_entry()(
+        state_pack(state), columns, values, n, complete, target, learner.max_voters,
+        learner._max_entries,
+    )  # fmt: skip
+    if result == _single.NEEDS_ROOM:
+        return learn_binary_row(learner, columns, values, n, dense=complete, target=target)
+    return bool(result == _single.UPDATED)
 
 
 def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any) -> Hashable:
@@ -194,15 +207,14 @@ def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any)
     if which == k.VOTED or state.irregular:
         return predict_one_general(learner, x)
     columns = single.columns
-    values = single.values
     encoder: Any = learner.encoder
     previous = single.key
     single.key = None
-    n, single.key = encoder.encode_sparse_into(x, columns, values, previous=previous)
+    n, single.key = encoder.encode_sparse_into(x, columns, single.values, previous=previous)
     if encoder.dimension > state.weights.shape[1]:
         return predict_one_general(learner, x)
     code = _single.predict_one_entry()(
-        columns, values, n, n > 0 and int(columns[n - 1]) == n - 1, state.weights,
+        columns, single.values, n, n > 0 and int(columns[n - 1]) == n - 1, state.weights,
         state.weight_sums, state.counters, which,
     )  # fmt: skip
     return learner._decode(code)

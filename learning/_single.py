@@ -1,28 +1,35 @@
 """Kernels of one event: the binary learners' ``learn_one`` and ``predict_one``.
 
 The batch kernels serve one event too, but for one event a call costs mostly its arguments
-(about 0.1 µs an array, measured): these take fewer, the row being the leading ``n`` entries of
-the learner's reusable buffers, and run the batch kernels' code (``learn_binary`` on a batch of
-one, ``point_prediction``), so the results are bit-identical. They size nothing: when the
-voters' log needs room, :func:`learn_binary_one` returns ``NEEDS_ROOM`` before changing anything
-and the caller grows it.
+(about 55 ns an array, measured) and the batch's allocations: these take fewer, the row being the
+leading ``n`` entries of the learner's reusable buffers, and run the batch kernels' code, so the
+results are bit-identical. Without the prequential vote a learner's event runs the per-event
+steps of :mod:`learning._binary_step` (:func:`learn_unvoted`: nothing allocated but four partial
+sums); with it, ``learn_binary`` on a batch of one; predictions run ``point_prediction``. They
+size nothing: when the voters' log needs room, the learning kernels return ``NEEDS_ROOM`` before
+changing anything and the caller grows it.
 
-Their callers skip numba's dispatcher: :func:`learn_one_entry` and :func:`predict_one_entry` are
-the machine code compiled for one signature (:func:`learning._kernels.compiled_entry`), called
-with arguments of exactly those types: the learner's row buffers and a state whose arrays are all
-writable and C-contiguous (``LinearState.irregular`` empty). For 19 arguments that is 1.3 µs a
-call instead of 2.2 µs through the dispatcher (measured).
+Their callers skip numba's dispatcher: :func:`learn_packed_entry`, :func:`learn_one_entry` and
+:func:`predict_one_entry` are the machine code compiled for one signature
+(:func:`learning._kernels.compiled_entry`), called with arguments of exactly those types: the
+learner's row buffers and a state whose arrays are all writable and C-contiguous
+(``LinearState.irregular`` empty). :func:`learn_binary_packed` takes the state's arrays as one
+:class:`learning._state_pack.StatePack` (measured: about 0.35 µs a call instead of 0.8 µs for the
+19 arguments of :func:`learn_binary_one`, itself 2.2 µs through the dispatcher).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import numpy as np
 from numba import types
 
+from learning._binary_step import close_update, count_mistakes
 from learning._kernels import (
+    BORN_MODEL,
     FLOAT_MATRIX,
     FLOATS,
     INT_MATRIX,
@@ -31,20 +38,91 @@ from learning._kernels import (
     SEEN,
     Floats,
     Ints,
+    _inline,
     _jit,
     compiled_entry,
+    count_touched,
     row_scores,
 )
-from learning._learn import learn_binary
+from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
+from learning._state_pack import PACK_TYPE
 from learning._voter_index import LINK_FIELDS
-from learning._voters import log_needs_room
+from learning._voters import NO_ROW, log_needs_room, open_entry
 
 NO_CHECK = 0.0
 """The ``limit`` of a kernel whose row was checked beforehand (the encoder vouches for it)."""
 NEEDS_ROOM = -1
 NO_UPDATE = 0
 UPDATED = 1
+
+
+@_inline
+def learn_unvoted(  # noqa: PLR0917 - numba kernels take positional arrays
+    columns: Ints,
+    values: Floats,
+    n: int,
+    dense: bool,
+    target: float,
+    weights: Floats,
+    weight_sums: Floats,
+    row_sq: Floats,
+    log_counts: Ints,
+    log_rows: Ints,
+    log_start: Ints,
+    log_len: Ints,
+    log_cols: Ints,
+    log_old: Floats,
+    counters: Ints,
+    max_voters: int,
+    max_entries: int,
+) -> int:
+    """:func:`learn_binary_one` of a learner that does not count the prequential vote: the
+    steps of :mod:`learning._binary_step` in :func:`learning._learn.learn_binary`'s order, with
+    no batch outputs or vote scratch allocated."""
+    if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
+        return NEEDS_ROOM
+    cols = columns[:n]
+    vals = values[:n]
+    partial = np.empty(PARTIAL_SUMS)
+    seen = counters[SEEN]
+    live = seen - counters[BORN_MODEL]
+    score, total = row_scores(weights[0], weight_sums[0], seen, cols, vals, dense, partial)
+    count_mistakes(score, total, target, counters)
+    update = target * score <= 0.0
+    if update:
+        touched = count_touched(vals) if live > 0 else 0
+        entry = open_entry(
+            live, touched, 0, NO_ROW, log_counts, log_rows, log_start, log_len, counters,
+            max_voters, max_entries, log_cols.shape[0],
+        )  # fmt: skip
+        apply_update(
+            weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
+            UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == n,
+        )  # fmt: skip
+        close_update(counters, seen)
+    counters[SEEN] = seen + 1
+    return UPDATED if update else NO_UPDATE
+
+
+@_jit
+def learn_binary_packed(  # noqa: PLR0917 - numba kernels take positional arrays
+    pack: Any,
+    columns: Ints,
+    values: Floats,
+    n: int,
+    dense: bool,
+    target: float,
+    max_voters: int,
+    max_entries: int,
+) -> int:
+    """:func:`learn_unvoted` on the arrays of a :class:`learning._state_pack.StatePack` (one
+    argument instead of ten)."""
+    return learn_unvoted(
+        columns, values, n, dense, target, pack.weights, pack.weight_sums, pack.row_sq,
+        pack.log_counts, pack.log_rows, pack.log_start, pack.log_len, pack.log_cols,
+        pack.log_old, pack.counters, max_voters, max_entries,
+    )  # fmt: skip
 
 
 @_jit
@@ -74,6 +152,11 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     UPDATED, NO_UPDATE or NEEDS_ROOM (nothing changed)."""
     if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
         return NEEDS_ROOM
+    if not prequential_voted:
+        return learn_unvoted(
+            columns, values, n, dense, target, weights, weight_sums, row_sq, log_counts,
+            log_rows, log_start, log_len, log_cols, log_old, counters, max_voters, max_entries,
+        )  # fmt: skip
     indptr = np.zeros(2, dtype=np.int64)
     indptr[1] = n
     y = np.full(1, target)
@@ -122,6 +205,18 @@ PREDICT_ONE_TYPES = (
     INTS, FLOATS, types.int64, types.boolean, FLOAT_MATRIX, FLOAT_MATRIX, INTS, types.int64,
 )  # fmt: skip
 """The argument types of :func:`predict_binary_one` as predict_one passes them."""
+
+
+LEARN_PACKED_TYPES = (
+    PACK_TYPE, INTS, FLOATS, types.int64, types.boolean, types.float64, types.int64, types.int64,
+)  # fmt: skip
+"""The argument types of :func:`learn_binary_packed` as learn_one passes them."""
+
+
+@cache
+def learn_packed_entry() -> Callable[..., int]:
+    """The compiled :func:`learn_binary_packed` for LEARN_PACKED_TYPES."""
+    return compiled_entry(learn_binary_packed, LEARN_PACKED_TYPES)
 
 
 @cache

@@ -315,7 +315,6 @@ class ObjectEncoder(EncoderBase):
                 )
             if not features:
                 raise FeatureError("empty_features", "the event has no features")
-        assert isinstance(features, Mapping)
         if len(features) > self.max_features_per_event:
             raise FeatureError(
                 "too_many_features",

@@ -53,7 +53,7 @@ from learning.encoders._common import (
     value_error,
 )
 from learning.encoders._murmur import INT32_MIN, hashed_batch, hashed_row_entry, murmur_bucket
-from learning.encoders._packed import PACKED_FLOAT
+from learning.encoders._packed import packed_format
 from learning.errors import FeatureError
 from learning.sparse import CSRBatch
 
@@ -282,11 +282,11 @@ class HashingEncoder(ObjectEncoder):
         if self.hash != "murmur3":
             return None
         raw = mapping.values()
-        if not set(map(type, raw)) <= PLAIN_NUMBER_TYPES:
+        if not PLAIN_NUMBER_TYPES.issuperset(map(type, raw)):
             return None
         try:
             names = NAME_SEPARATOR.join(mapping).encode("utf-8")
-            packed = struct.pack(f"{len(mapping)}{PACKED_FLOAT}", *raw)
+            packed = struct.pack(packed_format(len(mapping)), *raw)
         except (TypeError, UnicodeEncodeError, struct.error):  # struct.error: an int beyond floats
             return None
         return names, packed

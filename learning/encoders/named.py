@@ -25,7 +25,7 @@ from learning.encoders._common import (
     is_name,
     plain_vector,
 )
-from learning.encoders._packed import NO_ROW, PACKED_FLOAT, packed_row_entry
+from learning.encoders._packed import NO_ROW, packed_format, packed_row_entry
 from learning.errors import FeatureError
 
 logger = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ class VocabularyEncoder(ObjectEncoder):
         if pack_format is None or tuple(mapping) != self._in_order:
             return None
         raw = mapping.values()
-        if not set(map(type, raw)) <= PLAIN_NUMBER_TYPES:
+        if not PLAIN_NUMBER_TYPES.issuperset(map(type, raw)):
             return None
         try:
             return struct.pack(pack_format, *raw)
@@ -307,7 +307,7 @@ class VocabularyEncoder(ObjectEncoder):
             keys = tuple(mapping)
             if keys == tuple(self._names):
                 self._in_order = keys
-                self._pack_format = f"{len(keys)}{PACKED_FLOAT}"
+                self._pack_format = packed_format(len(keys))
 
     def _add(self, name: FeatureName) -> int:
         position = len(self._names) + self.offset

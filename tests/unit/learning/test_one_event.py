@@ -143,3 +143,26 @@ def test_a_state_with_strided_arrays_still_learns_and_predicts_exactly() -> None
     assert plain.n_updates > 10
     state.weights = np.ascontiguousarray(state.weights)
     assert state.irregular == {"weight_sums"}  # a regular array leaves the set
+
+
+@pytest.mark.parametrize("prequential_voted", [False, True])
+@pytest.mark.parametrize("max_voter_bytes", [4 * 2**20, 64])
+def test_learn_one_equals_learn_batch_at_the_voter_bounds(
+    prequential_voted: bool, max_voter_bytes: int
+) -> None:
+    def learner() -> Perceptron:
+        return Perceptron(
+            encoder=HashingEncoder(6),
+            max_voters=3,
+            max_voter_bytes=max_voter_bytes,
+            prequential_voted=prequential_voted,
+        )
+
+    one = learner()
+    for row, label in zip(EVENTS, LABELS, strict=True):
+        one.predict_one(row)
+        one.learn_one(row, label)
+    batch = learner()
+    batch.learn_batch(batch.encoder.encode_sparse_batch(EVENTS), batch.encode_labels(LABELS))  # type: ignore[attr-defined]
+    assert one.dropped_voters > 0  # control: the bounds were reached
+    assert dump_state(one) == dump_state(batch)
