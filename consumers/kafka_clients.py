@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from kafka import KafkaConsumer, KafkaProducer
 
 from consumers.dlq import Producer
+from consumers.state.topic import READ_COMMITTED
 from consumers.transactions import TransactionSettings
 
 logger = logging.getLogger(__name__)
@@ -147,14 +148,20 @@ class RunnerSettings:
 
         The consumer never asks the broker to create the topic it subscribes to (unless
         ``consumer_config`` says otherwise): a missing topic is an operator's error to report.
+        In exactly-once mode it reads ``read_committed``, as Kafka Streams' exactly-once
+        processing does: a record of an upstream transaction that aborts is never learned, and
+        one of a transaction still open is read once it commits.
         """
-        return {
+        config = {
             "bootstrap_timeout_ms": DEFAULT_BOOTSTRAP_TIMEOUT_MS,
             "allow_auto_create_topics": False,
             **self.consumer_config,
             "enable_auto_commit": False,
             "auto_offset_reset": self.auto_offset_reset,
         }
+        if self.transactions is not None:
+            config["isolation_level"] = READ_COMMITTED
+        return config
 
     def connection_config(self) -> dict[str, Any]:
         """The consumer's connection and security options (:data:`CONNECTION_KEYS`)."""

@@ -53,6 +53,7 @@ from consumers.mixing.ledger import MixLedger
 from consumers.mixing.producer import ShardProducer, shard_transactional_id
 from consumers.mixing.serving import mixed_learner, mixing_section
 from consumers.mixing.shard import LearnerFactory, PartitionRound
+from consumers.state.topic import READ_COMMITTED
 from consumers.transactions import ProducerBuilder, TransactionError, kafka_transactional_producer
 from learning.mixing import DistributedBound
 from learning.seeding import learner_weights
@@ -329,7 +330,7 @@ class MixingRunner:
             {
                 **connection,
                 "enable_auto_commit": False,
-                "isolation_level": "read_committed",
+                "isolation_level": READ_COMMITTED,
                 "fetch_max_wait_ms": FOLLOW_FETCH_WAIT_MS,
             }
         )
@@ -341,7 +342,10 @@ class MixingRunner:
         self._published_round = -1
         if not self._learns:
             return
-        consumer = self._build_consumer(self._settings.kafka_consumer_config())
+        # Every round is a transaction, so events are read as exactly-once mode reads them.
+        events_config = self._settings.kafka_consumer_config()
+        events_config["isolation_level"] = READ_COMMITTED
+        consumer = self._build_consumer(events_config)
         consumer.partitions_for_topic(self._settings.topic)
         consumer.subscribe([self._settings.topic], listener=_Listener(self))
         self._consumer = consumer

@@ -39,7 +39,7 @@ from kafka.structs import TopicPartition
 
 from consumers.state.checkpoint import CheckpointError
 from consumers.state.chunks import StateAssembler
-from consumers.state.topic import decode_state_record, state_record_sequence
+from consumers.state.topic import READ_COMMITTED, decode_state_record, state_record_sequence
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ BOOTSTRAP_TIMEOUT_MS = 5_000
 FOLLOWER_DEFAULTS = {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
 """Defaults of the follower's consumer that ``consumer_config`` may override."""
 FOLLOWER_CONFIG = {
-    "isolation_level": "read_committed",
+    "isolation_level": READ_COMMITTED,
     "enable_auto_commit": False,
     "group_id": None,
     "auto_offset_reset": "earliest",
