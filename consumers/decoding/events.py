@@ -415,6 +415,10 @@ class EventDecoder:
                 return None
             return [type(f) is list and len(f) == width for f in features]
         if set(map(type, features)) == _DICT_TYPE:
+            if self._sparse is not None and not self._grow:
+                # The encoder checks every value itself (a FeatureError for a non-number) and
+                # keeps nothing from a batch it refuses: a failing row is found by encoding.
+                return None
             numbers = chain.from_iterable(map(dict.values, features))
             if set(map(type, numbers)) <= _NUMBER_TYPES:
                 return None
