@@ -393,9 +393,7 @@ class EventDecoder:
             return [_row_id_ok(row) for row in rows]
         present_ts = stamps if with_ts == count else [t for t in stamps if t is not _MISSING]
         if present_ts and not _all_valid_ts(present_ts):
-            ts_verdict = [_row_ts_ok(row) for row in rows]
-            if not all(ts_verdict):
-                return ts_verdict
+            return [_row_ts_ok(row) for row in rows]
         strings = _strings(labels, present_ids, present_ts)
         named = self._dense_features is None
         if not _markers_balance(values, rows, keys, strings, named):
