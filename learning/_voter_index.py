@@ -42,7 +42,21 @@ VOTER = 1
 older entry of the same column, and the writing voter's number."""
 NO_ENTRY = -1
 LINK_FIELDS = 2
-VoteScratch = tuple[Ints, Floats, Ints, Ints, Ints, Floats, Floats]
+VoteScratch = tuple[Ints, Floats, Ints, Ints, Floats, Floats]
+UNIT_ROUNDOFF = 2.0**-53
+"""u: the relative error of one rounded float64 operation."""
+SMALLEST_SUBNORMAL = 5e-324
+"""The absolute error one product may add when it underflows."""
+ESTIMATE_ROUNDINGS = 4.0
+"""Safety factor of the vote's estimate bound. Let M = Σ|w_j·x_j| over the row plus Σ|old·x_j|
+over the h old values carried in, and g(N) = N·u/(1 - N·u). The exact score (n products summed)
+is within g(n)·M of the real-number score. The estimate (the n-term live score, then per old
+value a subtraction, a product and a sum, terms adding up to at most 2M in magnitude, as each old
+value replaces a live weight or the previous old value of its column) is within g(n + h + 2)·2M.
+Both together are below (3n + 2h + 4)·u·M·(1 + 10⁻¹⁰); the bound used is
+ESTIMATE_ROUNDINGS·(2n + h + 4)·(u·M + SMALLEST_SUBNORMAL), which also covers the rounding of M
+and of the bound and any underflow. When the estimate is farther from 0 than that, the exact
+score has its sign and is not 0."""
 
 
 def empty_index() -> tuple[Ints, Ints]:
@@ -113,17 +127,31 @@ def build_index(  # noqa: PLR0917 - numba kernels take positional arrays
 @_jit
 def vote_scratch(voters: int, longest: int) -> VoteScratch:
     """Scratch of :func:`vote_binary_indexed` for rows of at most ``longest`` entries:
-    (hit_k, hit_old, hit_count, hit_lanes, order, lane_view, lane_vals); ``order`` and
-    ``lane_vals`` also hold the lane starts, fill cursors and sums past the row's entries."""
+    (hit_k, hit_old, hit_count, order, lane_view, lane_vals); ``order`` and ``lane_vals`` also
+    hold the lane starts, fill cursors and sums past the row's entries."""
     return (
         np.empty((voters, longest), dtype=np.int64),
         np.empty((voters, longest)),
-        np.zeros(voters, dtype=np.int64),
         np.zeros(voters, dtype=np.int64),
         np.empty(longest + 2 * UNROLL + 1, dtype=np.int64),
         np.empty(longest),
         np.empty(longest + UNROLL),
     )
+
+
+@_jit
+def lane_score(order: Ints, lane_view: Floats, lane_vals: Floats, lanes: Floats) -> float:
+    """The row's score with the weights in ``lane_view``, summed lane by lane exactly as
+    :func:`learning._kernels.compact_dot` sums it (``order`` holds the lane starts past the
+    row's entries); ``lanes`` receives the four partial sums."""
+    n = lane_view.shape[0]
+    starts = order[n : n + UNROLL + 1]
+    for lane in range(UNROLL):
+        total = 0.0
+        for q in range(starts[lane], starts[lane + 1]):
+            total += lane_view[q] * lane_vals[q]
+        lanes[lane] = total
+    return float((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
 
 
 @_jit
@@ -146,20 +174,21 @@ def vote_binary_indexed(  # noqa: PLR0917 - numba kernels take positional arrays
     same vote, at O(voters + the log entries on x's columns) per event.
 
     The old values on x's columns are gathered per voter age (``hit_k[age, :hit_count[age]]``
-    are positions in the lane layout below, ``hit_old`` the values, ``hit_lanes[age]`` their
-    lanes as bits; each voter logs a column at most once). The row
-    is laid out lane by lane (``order``: lane j's positions from ``starts[j]``, increasing, with
-    the live weights in ``lane_view``); voter by voter, newest first, its old values are written
-    there and only the written lanes are re-summed, in the order and with the combination of
-    :func:`learning._voters.rescore_lanes`, so every voter's score is compact_dot's bit for bit
-    (a voter none of whose entries meets x scores x as the next newer one).
+    are positions in the lane layout below, ``hit_old`` the values; each voter logs a column at
+    most once). The row is laid out lane by lane (``order``: lane j's positions from
+    ``starts[j]``, increasing, with the live weights in ``lane_view``). Voter by voter, newest
+    first, its old values are written there and its score is carried from the next newer one's
+    by the change of each rewritten product: an estimate, whose distance from the exact score
+    (:func:`lane_score`, compact_dot's sum of the same weights) is at most ``bound`` (see
+    :data:`ESTIMATE_ROUNDINGS`). Only a vote is needed, so the estimate's sign is used when it is
+    farther from 0 than that; otherwise the exact score is summed, as compact_dot would.
     """
     acc = vote_sign(live_score, live_count)
     remaining = counters[VOTE_TOTAL]
     n_voters = counters[N_VOTERS]
     if n_voters == 0 or (stop_early and (acc >= remaining or acc < -remaining)):
         return acc
-    hit_k, hit_old, hit_count, hit_lanes, order, lane_view, lane_vals = scratch
+    hit_k, hit_old, hit_count, order, lane_view, lane_vals = scratch
     n = vals.shape[0]
     # order[:n]: positions grouped by lane; order[n:n + UNROLL + 1]: each lane's start there.
     starts = order[n : n + UNROLL + 1]
@@ -175,52 +204,57 @@ def vote_binary_indexed(  # noqa: PLR0917 - numba kernels take positional arrays
         lane = cols[k] & LANE_MASK
         order[fill[lane]] = k
         fill[lane] += 1
+    view = lane_view[:n]
+    row_vals = lane_vals[:n]
     lanes = lane_vals[n : n + UNROLL]
+    magnitude = 0.0
     for q in range(n):
         k = order[q]
-        lane_view[q] = w[cols[k]]
-        lane_vals[q] = vals[k]
+        view[q] = w[cols[k]]
+        row_vals[q] = vals[k]
+        magnitude += abs(view[q] * row_vals[q])
     for age in range(n_voters):
         hit_count[age] = 0
-        hit_lanes[age] = 0
     oldest = counters[DROPPED_VOTERS]
     newest = oldest + n_voters - 1
+    hits = 0
     for q in range(n):
         c = cols[order[q]]
-        bit = 1 << (c & LANE_MASK)
         p = column_newest[c]
         newer = newest + 1
         while live_entry(p, c, log_cols, links, oldest, newer):
             newer = links[p, VOTER]
             age = newest - newer
             j = hit_count[age]
+            old = log_old[0, p]
             hit_k[age, j] = q
-            hit_old[age, j] = log_old[0, p]
+            hit_old[age, j] = old
             hit_count[age] = j + 1
-            hit_lanes[age] |= bit
+            magnitude += abs(old * row_vals[q])
+            hits += 1
             p = links[p, PREV]
-    for lane in range(UNROLL):
-        total = 0.0
-        for q in range(starts[lane], starts[lane + 1]):
-            total += lane_view[q] * lane_vals[q]
-        lanes[lane] = total
+    roundings = 2 * n + hits + UNROLL
+    bound = ESTIMATE_ROUNDINGS * roundings * (UNIT_ROUNDOFF * magnitude + SMALLEST_SUBNORMAL)
+    estimate = live_score
     score = live_score
+    exact = True
     capacity = log_counts.shape[0]
-    head = counters[LOG_HEAD]
+    slot = (counters[LOG_HEAD] + n_voters - 1) % capacity
     for age in range(n_voters):
         for j in range(hit_count[age]):
-            lane_view[hit_k[age, j]] = hit_old[age, j]
-        changed = hit_lanes[age]
-        if changed:
-            for lane in range(UNROLL):
-                if changed & (1 << lane):
-                    total = 0.0
-                    for q in range(starts[lane], starts[lane + 1]):
-                        total += lane_view[q] * lane_vals[q]
-                    lanes[lane] = total
-            score = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
-        count = log_counts[(head + n_voters - 1 - age) % capacity]
-        acc += vote_sign(score, count)
+            q = hit_k[age, j]
+            old = hit_old[age, j]
+            estimate += (old - view[q]) * row_vals[q]
+            view[q] = old
+        if hit_count[age] > 0:
+            exact = False
+        if not exact and not abs(estimate) > bound:  # also when either is NaN
+            score = lane_score(order, view, row_vals, lanes)
+            estimate = score
+            exact = True
+        count = log_counts[slot]
+        acc += vote_sign(score if exact else estimate, count)
+        slot = slot - 1 if slot > 0 else capacity - 1
         remaining -= count
         if stop_early and (acc >= remaining or acc < -remaining):
             break

@@ -356,9 +356,11 @@ class BoundTracker:
 
     def _remember_margins(self, margins: NDArray[np.float64]) -> None:
         finite = margins[np.isfinite(margins)][-self.margin_window :]
-        for value in finite.tolist():
-            self._margins[self._margin_position] = value
-            self._margin_position = (self._margin_position + 1) % self.margin_window
+        count = finite.shape[0]
+        # count ≤ margin_window, so the ring positions written are distinct.
+        start = self._margin_position
+        self._margins[(start + np.arange(count)) % self.margin_window] = finite
+        self._margin_position = (start + count) % self.margin_window
 
     # ------------------------------------------------------------------ reading
 

@@ -393,9 +393,7 @@ class EventDecoder:
             return [_row_id_ok(row) for row in rows]
         present_ts = stamps if with_ts == count else [t for t in stamps if t is not _MISSING]
         if present_ts and not _all_valid_ts(present_ts):
-            ts_verdict = [_row_ts_ok(row) for row in rows]
-            if not all(ts_verdict):
-                return ts_verdict
+            return [_row_ts_ok(row) for row in rows]
         strings = _strings(labels, present_ids, present_ts)
         named = self._dense_features is None
         if not _markers_balance(values, rows, keys, strings, named):
@@ -415,6 +413,10 @@ class EventDecoder:
                 return None
             return [type(f) is list and len(f) == width for f in features]
         if set(map(type, features)) == _DICT_TYPE:
+            if self._sparse is not None and not self._grow:
+                # The encoder checks every value itself (a FeatureError for a non-number) and
+                # keeps nothing from a batch it refuses: a failing row is found by encoding.
+                return None
             numbers = chain.from_iterable(map(dict.values, features))
             if set(map(type, numbers)) <= _NUMBER_TYPES:
                 return None

@@ -122,12 +122,14 @@ _KEY_LABEL = 1
 _KEY_ID = 2
 _KEY_TS = 3
 
-_MIN_EPOCH_SECONDS = -62_167_219_200.0
-_MAX_EPOCH_SECONDS = 253_402_300_800.0
+MIN_EPOCH_SECONDS = -62_167_219_200.0
+"""0000-01-01T00:00:00Z: the earliest ``ts`` in epoch seconds."""
+MAX_EPOCH_SECONDS = 253_402_300_800.0
+"""10000-01-01T00:00:00Z: the first epoch second past the latest ``ts`` (exclusive)."""
 _POWERS_OF_TEN = np.array([10.0**k for k in range(CLINGER_MAX_POWER + 1)], dtype=np.float64)
 _FEATURES_KEY = np.frombuffer(b"features", dtype=np.uint8)
 _LABEL_KEY = np.frombuffer(b"label", dtype=np.uint8)
-_DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
+DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _LEAP_FEBRUARY = 29
 _FEBRUARY = 2
 _LAST_HOUR = 23
@@ -704,7 +706,7 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
             p = stop + 1
         else:
             p, value, _ = parse_number(data, p, end, high, low)
-            if p < 0 or not (_MIN_EPOCH_SECONDS <= value < _MAX_EPOCH_SECONDS):
+            if p < 0 or not (MIN_EPOCH_SECONDS <= value < MAX_EPOCH_SECONDS):
                 return -1, -1, -1
         p = skip_space(data, p, end)
         if p < end and data[p] == COMMA:
@@ -884,7 +886,7 @@ def parse_dense(
         labels.text_bytes,
         labels.text_starts,
         labels.text_stops,
-        _DAYS_IN_MONTH,
+        DAYS_IN_MONTH,
         slots,
         id_starts,
         id_stops,

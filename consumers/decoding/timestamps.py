@@ -1,4 +1,4 @@
-"""Event timestamps: RFC 3339 strings or epoch seconds, checked exactly and in bulk.
+"""Event timestamps: RFC 3339 strings or epoch seconds, with one definition of each.
 
 An event's optional ``ts`` is either
 
@@ -8,41 +8,43 @@ An event's optional ``ts`` is either
 * a number of seconds since the Unix epoch (an integer or a float, not a boolean) within the
   years RFC 3339 can write, 0000 to 9999.
 
-:func:`valid_timestamp` decides one value exactly; :func:`all_valid_text_timestamps` decides a
-whole batch of strings with one regular-expression match and may answer ``False`` for a batch
-that is in fact valid (then the caller checks the strings one by one), never ``True`` for one
-that is not.
+The string rule is one compiled check, :func:`consumers.decoding.fastjson.rfc3339_valid`, and
+the number rule is one range, :data:`~consumers.decoding.fastjson.MIN_EPOCH_SECONDS` to
+:data:`~consumers.decoding.fastjson.MAX_EPOCH_SECONDS`. The compiled tier applies both to the
+record bytes; this module applies the same ones to decoded values: :func:`valid_timestamp` to
+one (the precise path), :func:`all_valid_text_timestamps` to a batch of strings in one compiled
+call (the orjson tier). So every tier accepts exactly the same ``ts`` values. The value is checked
+and not kept: nothing downstream reads an event's time (see docs/DESIGN.md, Events).
 """
 
 from __future__ import annotations
 
-import calendar
 import logging
 import math
-import re
+from typing import Any
+
+import numpy as np
+
+from consumers.decoding.fastjson import (
+    DAYS_IN_MONTH,
+    MAX_EPOCH_SECONDS,
+    MIN_EPOCH_SECONDS,
+    rfc3339_valid,
+)
+from learning.jit import jit_no_runtime
 
 logger = logging.getLogger(__name__)
 
-MIN_EPOCH_SECONDS = -62_167_219_200
-"""0000-01-01T00:00:00Z."""
-MAX_EPOCH_SECONDS = 253_402_300_800
-"""10000-01-01T00:00:00Z (exclusive)."""
+_BYTES = np.uint8
 
-LONGEST_SAFE_DAY = 28
-"""Every month has at least this many days, so the bulk check needs no calendar."""
 
-_RFC3339 = re.compile(
-    r"(?P<year>[0-9]{4})-(?P<month>0[1-9]|1[0-2])-(?P<day>0[1-9]|[12][0-9]|3[01])"
-    r"[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?"
-    r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-)
-_SAFE_ITEM = (
-    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
-    r"[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
-    r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-)
-_SAFE_BATCH = re.compile(rf"(?:{_SAFE_ITEM}\n)*{_SAFE_ITEM}")
-_SEPARATOR = "\n"
+@jit_no_runtime
+def _all_rfc3339(data: Any, starts: Any, stops: Any, days: Any) -> bool:  # pragma: no cover
+    """Whether every data[starts[i]:stops[i]] is an RFC 3339 date-time (compiled)."""
+    for i in range(starts.shape[0]):  # noqa: SIM110 - a plain loop compiles to a tight loop
+        if not rfc3339_valid(data, starts[i], stops[i], days):
+            return False
+    return True
 
 
 def valid_text_timestamp(text: str) -> bool:
@@ -53,19 +55,10 @@ def valid_text_timestamp(text: str) -> bool:
     >>> valid_text_timestamp("2024-02-29T23:59:60.5Z"), valid_text_timestamp("2023-02-29T00:00:00Z")
     (True, False)
     """
-    match = _RFC3339.fullmatch(text)
-    if match is None:
-        return False
-    year, month, day = int(match["year"]), int(match["month"]), int(match["day"])
-    return day <= calendar.monthrange(year, month)[1] if year > 0 else day <= _days_year_zero(month)
+    return all_valid_text_timestamps([text])
 
 
-def _days_year_zero(month: int) -> int:
-    # calendar refuses year 0; the proleptic Gregorian year 0 is a leap year, like 2000.
-    return calendar.monthrange(2000, month)[1]
-
-
-def valid_epoch_seconds(value: int | float) -> bool:
+def valid_epoch_seconds(value: float) -> bool:
     """Whether a number is a finite epoch time within years 0000 to 9999."""
     if isinstance(value, float) and not math.isfinite(value):
         return False
@@ -89,13 +82,19 @@ def valid_timestamp(value: object) -> bool:
 
 
 def all_valid_text_timestamps(texts: list[str]) -> bool:
-    """``True`` only if every string is a valid timestamp (checked with one match).
+    """Whether every string is a valid timestamp, decided exactly in one compiled call.
 
-    ``False`` means "check them one by one": days 29 to 31 and leap seconds are not decided here.
+    Examples
+    --------
+    >>> all_valid_text_timestamps(["2024-01-31T00:00:00Z", "2024-04-31T00:00:00Z"])
+    False
     """
     if not texts:
         return True
-    joined = _SEPARATOR.join(texts)
-    if joined.count(_SEPARATOR) != len(texts) - 1:
+    joined = "".join(texts)
+    if not joined.isascii():  # every byte of a valid date-time is ASCII
         return False
-    return _SAFE_BATCH.fullmatch(joined) is not None
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    stops = np.cumsum(lengths)
+    data = np.frombuffer(joined.encode("ascii"), dtype=_BYTES)
+    return bool(_all_rfc3339(data, stops - lengths, stops, DAYS_IN_MONTH))

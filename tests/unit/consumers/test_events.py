@@ -509,3 +509,57 @@ def test_the_compiled_tier_switched_off_decodes_the_same_batches(
     assert compiled_calls == [len(values)]  # control: the switch really skips the compiled tier
     assert off == on
     assert len(on[3]) == 2 and on[2][0] == "e0"
+
+
+TS_CASES = [
+    ("2024-02-29T23:59:60.5Z", True),
+    ("2023-02-29T00:00:00Z", False),
+    ("0000-02-29T00:00:00Z", True),
+    ("2100-02-29T00:00:00Z", False),
+    ("2024-04-30t12:00:00.0-23:59", True),
+    ("2024-04-31T12:00:00Z", False),
+    ("2024-01-01T00:00:00+24:00", False),
+    ("2024-01-01T00:00:00.Z", False),
+    ("\uff12024-01-01T00:00:00Z", False),
+    (-62_167_219_200, True),
+    (-62_167_219_201, False),
+    (253_402_300_799.5, True),
+    (253_402_300_800, False),
+]
+
+
+def _ts_verdicts(dec: EventDecoder, features: object) -> tuple[list[bool], list[bool]]:
+    """(accepted in one batch, accepted by the precise path) for each case's ``ts``."""
+    values = [orjson.dumps({"features": features, "label": 1, "ts": ts}) for ts, _ in TS_CASES]
+    batch = dec.decode_batch(records(values))
+    assert {r.reason for r in batch.rejections} <= {"bad_ts"}
+    rejected = {r.offset for r in batch.rejections}
+    precise = []
+    for value in values:
+        try:
+            dec.inspect(value)
+        except InvalidEventError as error:
+            assert error.reason == "bad_ts"
+            precise.append(False)
+        else:
+            precise.append(True)
+    return [i not in rejected for i in range(len(values))], precise
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-tier", "orjson-tier"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "hashed"])
+def test_every_tier_accepts_exactly_the_same_ts(
+    monkeypatch: pytest.MonkeyPatch, compiled: bool, sparse: bool
+) -> None:
+    monkeypatch.setattr(EventDecoder, "compiled_tier", compiled)
+    dec = EventDecoder(HashingEncoder(n_bits=4), LABELS) if sparse else decoder()
+    features: object = {"a": 1.0, "b": -2.0} if sparse else [0.5, -1.0, 2.0]
+    expected = [ok for _, ok in TS_CASES]
+    assert True in expected and False in expected  # control: the cases can fail either way
+    in_batch, precise = _ts_verdicts(dec, features)
+    assert in_batch == expected
+    assert precise == expected
+    valid_only = [
+        orjson.dumps({"features": features, "label": 1, "ts": ts}) for ts, ok in TS_CASES if ok
+    ]
+    assert not dec.decode_batch(records(valid_only)).rejections

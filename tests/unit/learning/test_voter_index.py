@@ -159,3 +159,27 @@ def test_a_dense_run_in_the_log_turns_the_index_off_and_the_vote_stays_exact() -
     assert batched.prequential_mistakes == single.prequential_mistakes
     assert dump_state(batched) == dump_state(single)
     assert index_of(batched)[0].shape == (width,)  # the run was dropped: indexed again
+
+
+def test_the_index_votes_exactly_where_voters_score_exactly_zero() -> None:
+    """Tenths as values make many voters' scores 0 or a rounding error away from it (ties the
+    estimate cannot decide, its own rounding differing from the exact sum's: the exact score is
+    summed then); the vote is still the full walk's."""
+    rng = np.random.default_rng(8)
+    tenths = [0.1, 0.2, 0.3, 0.7]
+    rows = [
+        {f"w{word}": float(rng.choice(tenths)) for word in rng.integers(0, 6, size=3).tolist()}
+        for _ in range(EVENTS)
+    ]
+    signs = np.where(rng.random(EVENTS) < 0.5, 1.0, -1.0)
+    model = learner()
+    learn_in_batches(model, rows, signs)
+    probe = rows[:300]
+    batch = model.encoder.encode_sparse_batch(probe)
+    near_zero = sum(
+        abs(float(np.dot(weights[batch.indices[start:stop]], batch.values[start:stop]))) < 1e-9
+        for _, weights in model.voters
+        for start, stop in zip(batch.indptr[:-1].tolist(), batch.indptr[1:].tolist(), strict=True)
+    )
+    assert near_zero > 20  # control: ties are common, so the exact sums are exercised
+    assert votes(model, probe, indexed=True) == votes(model, probe, indexed=False)
