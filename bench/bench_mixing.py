@@ -7,11 +7,14 @@ topic of ``PARTITIONS`` partitions receives the same ``EVENTS`` synthetic events
 and n ``novikoff serve`` learner processes of a fresh group in mixing mode (``[mixing]
 round_events = ROUND_EVENTS``, default settings otherwise) learn all of it.
 
-The n processes are started at once, with the last partition holding only its first round (so
-no round after the first can be mixed yet). The clock starts at the first reading of their
-``/stats`` (every ``WATCH_INTERVAL_S``) where each owns partitions and together they own all of
-them (the group is stable: joining is not counted); the rest of the last partition is then
-published, and the clock stops when the mixed round that holds the last event is served. The
+The n processes are started at once, with the last partition showing only its first round (so
+no round after the first can be mixed yet): the rest of it is already written, in one open
+transaction of a transactional producer, which the learners (reading ``read_committed``, as
+mixing mode does) cannot read past. The clock starts at the first reading of their ``/stats``
+(every ``WATCH_INTERVAL_S``) where each owns partitions and together they own all of them (the
+group is stable: joining is not counted); the transaction is then committed, so the held rounds
+appear at once without the benchmark's publishing in the timed window, and the clock stops when
+the mixed round that holds the last event is served. The
 rate is the events learned in between (all of them minus those learned when the clock started,
 at most half) over that time. The best run of each side is kept. Both
 sides must serve bit-identical mixed weights (a correctness check).
@@ -60,6 +63,8 @@ PRODUCER_LINGER_MS = 20
 PRODUCER_BATCH_BYTES = 1 << 20
 READY_TIMEOUT_S = 90.0
 LEARN_TIMEOUT_S = 300.0
+HELD_TRANSACTION_TIMEOUT_MS = int(2 * LEARN_TIMEOUT_S * 1000)
+"""The held rounds' transaction outlives the wait for a stable group."""
 WATCH_INTERVAL_S = 0.02
 STOP_TIMEOUT_S = 20.0
 OWNING_STATES = ("learning", "waiting for the mix", "starting")
@@ -85,20 +90,50 @@ def split(stream: SyntheticStream, count: int) -> dict[int, list[tuple[bytes, by
     return dealt
 
 
-def produce(bootstrap: str, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
-    """Publish ``records`` (partition → (key, value) in order) to ``topic``."""
+def _producer(bootstrap: str, **options: Any) -> KafkaProducer:
     kafka = load_settings(kafka={"bootstrap_servers": bootstrap}).kafka
-    producer = KafkaProducer(
+    return KafkaProducer(
         **kafka.client_config(),
-        acks=1,
         linger_ms=PRODUCER_LINGER_MS,
         batch_size=PRODUCER_BATCH_BYTES,
+        **options,
+    )
+
+
+def _send_all(
+    producer: KafkaProducer, topic: str, records: dict[int, list[tuple[bytes, bytes]]]
+) -> None:
+    for partition, items in records.items():
+        for key, value in items:
+            producer.send(topic, key=key, value=value, partition=partition)
+    producer.flush()
+
+
+def produce(bootstrap: str, topic: str, records: dict[int, list[tuple[bytes, bytes]]]) -> None:
+    """Publish ``records`` (partition → (key, value) in order) to ``topic``."""
+    producer = _producer(bootstrap, acks=1)
+    try:
+        _send_all(producer, topic, records)
+    finally:
+        producer.close()
+
+
+@contextmanager
+def held_back(
+    bootstrap: str, topic: str, records: dict[int, list[tuple[bytes, bytes]]]
+) -> Iterator[KafkaProducer]:
+    """``records`` written in one open transaction; the caller commits it to release them all at
+    once (``read_committed`` readers see none of them before)."""
+    producer = _producer(
+        bootstrap,
+        transactional_id=f"bench-mixing-held-{uuid.uuid4().hex[:8]}",
+        transaction_timeout_ms=HELD_TRANSACTION_TIMEOUT_MS,
     )
     try:
-        for partition, items in records.items():
-            for key, value in items:
-                producer.send(topic, key=key, value=value, partition=partition)
-        producer.flush()
+        producer.init_transactions()
+        producer.begin_transaction()
+        _send_all(producer, topic, records)
+        yield producer
     finally:
         producer.close()
 
@@ -189,6 +224,7 @@ def timed_run(
     rounds = total // (ROUND_EVENTS * PARTITIONS)
     logs = [directory / f"{group}-{i}.log" for i in range(learners)]
     with ExitStack() as stack:
+        release = stack.enter_context(held_back(bootstrap, topic, held))
         urls = stack.enter_context(learner_processes(config_path, bootstrap, topic, group, logs))
         client = stack.enter_context(httpx.Client(timeout=10.0))
         deadline = time.monotonic() + LEARN_TIMEOUT_S
@@ -200,7 +236,7 @@ def timed_run(
                 raise TimeoutError(f"{learners} learner(s) never owned all the partitions")
             time.sleep(WATCH_INTERVAL_S)
         started, before = time.monotonic(), learned(stats)
-        produce(bootstrap, topic, held)
+        release.commit_transaction()
         if before >= total // 2:
             raise ResultMismatchError(f"{before} of {total} events learned before the clock")
         while True:
