@@ -257,6 +257,7 @@ class ConsumerRunner:
         consumer, all within ``settings.shutdown_deadline_seconds``.
         """
         self._stop.set()
+        self._limit_transaction_waits()
         if timeout is None:
             return not self.running
         return self.join(timeout)
@@ -714,6 +715,11 @@ class ConsumerRunner:
         else:
             self._on_fault(fault)
         if self._owner is not None:
+            if self._applied_since_checkpoint:
+                logger.warning(
+                    "%d applied record(s) void: the open transaction is discarded",
+                    self._applied_since_checkpoint,
+                )
             self._owner.discard()
             self._applied_since_checkpoint = 0
         elif self._applied_since_checkpoint:
@@ -773,12 +779,9 @@ class ConsumerRunner:
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self._settings.shutdown_deadline_seconds
         saved = True
-        if self._owner is not None:
-            # The final transaction may meet a broker that is away: it gets a share of the
-            # deadline, the rest is for closing the clients.
-            share_ms = self._settings.shutdown_deadline_seconds * 1000 * SHUTDOWN_COMMIT_SHARE
-            self._owner.producer.limit_waits(int(share_ms))
-        if self._applied_since_checkpoint:
+        self._limit_transaction_waits()
+        due = self._applied_since_checkpoint > 0
+        if due:
             saved = self._checkpoint("shutdown")
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
         self._close_consumer(timeout_ms=remaining_ms)
@@ -788,7 +791,20 @@ class ConsumerRunner:
             self._owner.stop_following(timeout=max(0.0, deadline - time.monotonic()))
         self._set_disconnected("the consumer has stopped")
         self._final_checkpoint_ok = saved
-        logger.info("consumer stopped (final checkpoint %s)", "written" if saved else "FAILED")
+        outcome = "FAILED" if not saved else "written" if due else "not due"
+        logger.info("consumer stopped (final checkpoint %s)", outcome)
+
+    def _limit_transaction_waits(self) -> None:
+        """From the stop on, the transactional waits end within a share of the deadline.
+
+        Called by :meth:`stop` on the caller's thread as well: a transaction waiting for a broker
+        that is away when the stop comes (a periodic checkpoint's) ends by the same deadline, so
+        the consumer thread reaches :meth:`_shutdown` in time. The rest of the deadline is for
+        closing the clients.
+        """
+        if self._owner is not None:
+            share_ms = self._settings.shutdown_deadline_seconds * 1000 * SHUTDOWN_COMMIT_SHARE
+            self._owner.producer.limit_waits(int(share_ms))
 
     def _close_consumer(self, timeout_ms: int) -> None:
         consumer, self._consumer = self._consumer, None

@@ -53,7 +53,7 @@ from consumers.partitions import LoadedState
 from consumers.reports import RestoreReport
 from consumers.state.checkpoint import CheckpointStore
 from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
-from consumers.state.follower import FollowerConsumer, StateFollower
+from consumers.state.follower import MS_PER_S, FollowerConsumer, StateFollower
 from consumers.state.topic import (
     STATE_RECORD_MAX_BYTES,
     encode_state_record,
@@ -277,6 +277,7 @@ class TransactionalProducer:
         self._build = build
         self._producer: Any = None
         self._open = False
+        self._deadline: float | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -295,6 +296,7 @@ class TransactionalProducer:
         """
         self.close()
         producer = self._build(self._config)
+        self._limit(producer)
         try:
             producer.init_transactions()
         except BaseException:
@@ -336,10 +338,18 @@ class TransactionalProducer:
             self._producer.flush(timeout=timeout)
 
     def limit_waits(self, wait_ms: int) -> None:
-        """Bound the producer's transactional waits by ``wait_ms`` (a shutdown deadline)."""
-        limit = getattr(self._producer, "limit_waits", None)
-        if limit is not None:
-            limit(wait_ms)
+        """End every wait of this producer, and of any it registers later, within ``wait_ms``
+        (a shutdown's share; callable from any thread)."""
+        deadline = time.monotonic() + wait_ms / MS_PER_S
+        if self._deadline is None or deadline < self._deadline:
+            self._deadline = deadline
+        self._limit(self._producer)
+
+    def _limit(self, producer: Any) -> None:
+        """Hand the :meth:`limit_waits` deadline, if any, to ``producer``."""
+        limit = getattr(producer, "limit_waits", None)
+        if self._deadline is not None and limit is not None:
+            limit(max(0, int((self._deadline - time.monotonic()) * MS_PER_S)))
 
     def commit(
         self,
