@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumers.runner import COORDINATOR_UNREACHABLE
+from consumers.runner_health import COORDINATOR_UNREACHABLE
 from service.cli.brokers.apache import ApacheKafkaBroker
 from service.settings import load_settings
 from service.topics import ensure_topics
