@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
@@ -74,6 +74,11 @@ class TransactionalProducer:
     @property
     def transactional_id(self) -> str:
         return str(self._config["transactional_id"])
+
+    @property
+    def active(self) -> bool:
+        """Whether :meth:`activate` succeeded and nothing failed since."""
+        return self._producer is not None
 
     @property
     def in_transaction(self) -> bool:
@@ -162,11 +167,31 @@ class TransactionalProducer:
             When anything fails (fenced by a newer owner, broker away...): the transaction is
             aborted when that is still possible, and the producer must be activated again.
         """
-        try:
-            self.begin()
+
+        def records() -> Iterator[tuple[str, bytes, bytes]]:
             value = encode_state_record(payload, sequence)
             for record_key, record in split_state_value(key, value, max_record_bytes):
-                self._producer.send(state_topic, value=record, key=record_key)
+                yield state_topic, record_key, record
+
+        self.commit_records(records(), offsets, group_metadata)
+
+    def commit_records(
+        self,
+        records: Iterable[tuple[str, bytes | None, bytes]],
+        offsets: Mapping[tuple[str, int], int],
+        group_metadata: Any,
+    ) -> None:
+        """Send ``records`` (topic, key, value) and the offsets, then commit the open transaction.
+
+        Raises
+        ------
+        TransactionError
+            As :meth:`commit`.
+        """
+        try:
+            self.begin()
+            for topic, record_key, value in records:
+                self._producer.send(topic, value=value, key=record_key)
             if offsets:
                 self._producer.send_offsets_to_transaction(
                     {
