@@ -21,11 +21,21 @@ reports
 partitions
     The engine's ledger of each partition (applied offset ranges, counts) and its checkpoint form.
 runner
-    The kafka-python consumer loop (group, rebalances, checkpoints, commits, reconnects).
+    The kafka-python consumer loop (group, poll and apply, dead letters, reconnects, shutdown).
+runner_commits
+    The loop's checkpoints, commits, transactions and rebalances.
+runner_health
+    The loop's connection state: readiness and its reason, faults, backoff.
 kafka_clients
     How the loop talks to Kafka: its settings, the consumer protocol, the real clients.
 transactions
-    Exactly once: the owner's transactional producer, restore on assignment, commit per checkpoint.
+    Exactly once: its settings, and the owner (restore on assignment, commit per checkpoint).
+transactional_producer
+    The owner's transactional producer: dead letters, state record and offsets in one transaction.
+transactional_client
+    kafka-python's transactional producer with bounded waits.
+restoring
+    The newest committed state among the state topic and the local cache.
 ownership
     The single-owner partition assignor (one member of a group learns every partition).
 dlq

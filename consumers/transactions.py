@@ -38,30 +38,55 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
-from kafka.errors import MessageSizeTooLargeError
-from kafka.record.default_records import DefaultRecordBatchBuilder
-
-from consumers.dlq import ProducerFuture
 from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.ownership import SingleOwnerAssignor
 from consumers.partitions import LoadedState
 from consumers.reports import RestoreReport
+from consumers.restoring import (
+    STATE_TOPIC_REMEDY,
+    Candidate,
+    cache_candidate,
+    foreign_model,
+    restore_newest,
+    state_topic_candidate,
+)
 from consumers.state.checkpoint import CheckpointStore
-from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES, split_state_value
+from consumers.state.chunks import DEFAULT_MAX_RECORD_BYTES
 from consumers.state.follower import FollowerConsumer, StateFollower
 from consumers.state.topic import (
     STATE_RECORD_MAX_BYTES,
-    encode_state_record,
-    read_state_records,
     state_key,
 )
-from consumers.transactional_client import KAFKA_PYTHON_MAX_BLOCK_MS, BoundedTransactions
+from consumers.transactional_producer import (
+    ProducerBuilder,
+    TransactionalProducer,
+    TransactionError,
+    abort_and_close,
+    close_quietly,
+    kafka_transactional_producer,
+)
 from learning import StateError
+
+# With the producer's names the transactional writers outside this module (mixing) import here.
+__all__ = [
+    "BROKER_MAX_TRANSACTION_TIMEOUT_MS",
+    "DEFAULT_STATE_READ_TIMEOUT_SECONDS",
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "TRANSACTIONAL_ID_PREFIX",
+    "TRANSACTION_RETRY_BACKOFF_MS",
+    "Owner",
+    "ProducerBuilder",
+    "TransactionError",
+    "TransactionSettings",
+    "abort_and_close",
+    "close_quietly",
+    "kafka_transactional_producer",
+    "transaction_timeout_ms",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +102,6 @@ are still being written; the Java producer retries that after 20 ms, kafka-pytho
 ``retry_backoff_ms`` (100 ms by default, which would hold each checkpoint ~100 ms)."""
 TIMEOUT_INTERVALS = 2
 """A transaction may stay open this many checkpoint intervals before the broker aborts it."""
-ABORT_TIMEOUT_S = 5.0
-DEAD_LETTER_MAX_BYTES = 1_048_576
-"""kafka-python's default ``max_request_size``: dead letters are bounded as a default producer
-bounds them (client side, before anything joins the transaction), while state records may be up
-to :data:`consumers.state.topic.STATE_RECORD_MAX_BYTES`."""
 WARM_POLL_TIMEOUT_MS = 50
 """The warm follower's poll wait: a requested end-of-log check starts at most this late."""
 WARM_FETCH_MAX_WAIT_MS = 50
@@ -92,10 +112,6 @@ WARM_CONFIRM_TIMEOUT_S = 2.0
 WARM_CONFIRM_STEP_S = 0.01
 WARM_ORIGIN_SUFFIX = " (warm)"
 """Marks a state restored from the follower's memory in the restore log line."""
-STATE_TOPIC_REMEDY = (
-    "a new model needs another [kafka] group_id or state_topic; the model settings must match "
-    "the ones the state topic was written with"
-)
 
 
 @dataclass(frozen=True)
@@ -142,279 +158,6 @@ def transaction_timeout_ms(checkpoint_every_seconds: float) -> int:
     """
     wanted = int(checkpoint_every_seconds * 1000 * TIMEOUT_INTERVALS)
     return min(BROKER_MAX_TRANSACTION_TIMEOUT_MS, max(DEFAULT_TRANSACTION_TIMEOUT_MS, wanted))
-
-
-# -- restoring -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A committed state the owner could resume from."""
-
-    origin: str
-    state: LoadedState
-    sequence: int | None = None
-    path: str | None = None
-
-
-def state_topic_candidate(
-    engine: Engine,
-    connection: Mapping[str, Any],
-    settings: TransactionSettings,
-    group: str,
-) -> Candidate | None:
-    """The newest state record of ``group``'s model that verifies and loads, if any.
-
-    A record that fails verification or that ``learning.load_state`` refuses is skipped with an
-    ERROR and the previous one is tried.
-
-    Raises
-    ------
-    IncompatibleCheckpointError
-        When the newest loadable record holds another model than the engine's.
-    StateTopicUnavailableError
-        When the state topic cannot be read.
-    """
-    records = read_state_records(
-        connection,
-        settings.state_topic,
-        settings.key(group),
-        timeout_s=settings.state_read_timeout_seconds,
-    )
-    for record in records:
-        try:
-            state = engine.load_payload(record.payload, STATE_TOPIC_REMEDY)
-        except IncompatibleCheckpointError as exc:
-            raise _foreign_model(settings, group, exc) from None
-        except (StateError, ValueError) as exc:
-            logger.error(
-                "state record %s@%d cannot be loaded (%s); the previous one is used",
-                settings.state_topic,
-                record.offset,
-                exc,
-            )
-            continue
-        return Candidate(
-            f"state record {settings.state_topic}@{record.offset}", state, record.sequence
-        )
-    return None
-
-
-def _foreign_model(
-    settings: TransactionSettings, group: str, exc: IncompatibleCheckpointError
-) -> IncompatibleCheckpointError:
-    """The error naming the state topic and key whose record holds another model."""
-    return IncompatibleCheckpointError(
-        f"state topic {settings.state_topic!r}, key {settings.key(group).decode()}: {exc}"
-    )
-
-
-def cache_candidate(engine: Engine, store: CheckpointStore) -> Candidate | None:
-    """The newest local checkpoint (the cache) that verifies and loads, if any."""
-    if not store.files():
-        return None
-    for loaded in store.load_valid():
-        try:
-            state = engine.load_payload(loaded.payload)
-        except (StateError, ValueError) as exc:
-            store.quarantine(loaded.path, f"cannot be loaded: {exc}")
-            continue
-        return Candidate(f"checkpoint {loaded.path.name}", state, loaded.sequence, str(loaded.path))
-    return None
-
-
-def restore_newest(engine: Engine, candidates: Sequence[Candidate | None]) -> RestoreReport | None:
-    """Install the candidate that has applied the most records; ties go to the earliest listed.
-
-    Every candidate is a committed state of the same history, so the one that has applied the
-    most is the newest. ``None`` (nothing installed) when there is no candidate.
-    """
-    present = [c for c in candidates if c is not None]
-    if not present:
-        return None
-    best = present[0]
-    for candidate in present[1:]:
-        if candidate.state.applied > best.state.applied:
-            best = candidate
-    return engine.install(best.state, best.origin, best.path, best.sequence)
-
-
-# -- the owner's producer --------------------------------------------------------------------------
-
-
-class TransactionError(RuntimeError):
-    """A transaction could not be committed; everything since the last commit is discarded."""
-
-
-ProducerBuilder = Callable[[Mapping[str, Any]], Any]
-
-
-def kafka_transactional_producer(config: Mapping[str, Any]) -> Any:
-    """A kafka-python producer with the given (transactional) configuration, its transactional
-    waits bounded by ``max_block_ms`` (see :mod:`consumers.transactional_client`)."""
-    wait_ms = int(config.get("max_block_ms", KAFKA_PYTHON_MAX_BLOCK_MS))
-    return BoundedTransactions(KafkaProducer(**config), wait_ms)
-
-
-class TransactionalProducer:
-    """The owner's transactional producer: dead letters and state records, one transaction.
-
-    It is the dead-letter writer's producer too (``send``/``flush``; ``close`` is left to
-    the runner, which owns it): the first send after a commit begins the next transaction.
-
-    Parameters
-    ----------
-    config
-        ``KafkaProducer`` keyword arguments (connection, ``transactional_id``, timeouts).
-    build
-        Makes the producer (kafka-python by default; tests may pass their own).
-    """
-
-    def __init__(
-        self, config: Mapping[str, Any], build: ProducerBuilder = kafka_transactional_producer
-    ) -> None:
-        self._config = dict(config)
-        self._build = build
-        self._producer: Any = None
-        self._open = False
-
-    @property
-    def transactional_id(self) -> str:
-        return str(self._config["transactional_id"])
-
-    @property
-    def in_transaction(self) -> bool:
-        """Whether a transaction is open (something was sent since the last commit)."""
-        return self._open
-
-    def activate(self) -> None:
-        """A new producer, registered with ``init_transactions``: fences every predecessor.
-
-        The broker aborts any transaction a previous producer of this ``transactional_id`` left
-        open, so its records never become visible.
-        """
-        self.close()
-        producer = self._build(self._config)
-        try:
-            producer.init_transactions()
-        except BaseException:
-            producer.close(timeout=0)
-            raise
-        self._producer = producer
-        logger.info("transactional producer %s registered", self.transactional_id)
-
-    def begin(self) -> None:
-        """Begin a transaction unless one is open."""
-        if self._producer is None:
-            raise TransactionError("the transactional producer is not active")
-        if not self._open:
-            self._producer.begin_transaction()
-            self._open = True
-
-    # Producer protocol (consumers.dlq): dead letters join the open transaction.
-    def send(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> ProducerFuture:
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or [])
-        if size > DEAD_LETTER_MAX_BYTES:
-            # Refused here, as a default producer refuses it, so the open transaction is not
-            # failed by the broker; the dead-letter writer then sends a truncated copy.
-            raise MessageSizeTooLargeError(
-                f"The message is {size} bytes when serialized which is larger than the "
-                f"{DEAD_LETTER_MAX_BYTES} bytes a dead letter may have"
-            )
-        self.begin()
-        future: ProducerFuture = self._producer.send(topic, value=value, key=key, headers=headers)
-        return future
-
-    def flush(self, timeout: float | None = None) -> None:
-        if self._producer is not None:
-            self._producer.flush(timeout=timeout)
-
-    def limit_waits(self, wait_ms: int) -> None:
-        """Bound the producer's transactional waits by ``wait_ms`` (a shutdown deadline)."""
-        limit = getattr(self._producer, "limit_waits", None)
-        if limit is not None:
-            limit(wait_ms)
-
-    def commit(
-        self,
-        state_topic: str,
-        *,
-        key: bytes,
-        payload: bytes,
-        sequence: int,
-        offsets: Mapping[tuple[str, int], int],
-        group_metadata: Any,
-        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    ) -> None:
-        """Send the state record and the offsets, then commit the open transaction.
-
-        Raises
-        ------
-        TransactionError
-            When anything fails (fenced by a newer owner, broker away...): the transaction is
-            aborted when that is still possible, and the producer must be activated again.
-        """
-        try:
-            self.begin()
-            value = encode_state_record(payload, sequence)
-            for record_key, record in split_state_value(key, value, max_record_bytes):
-                self._producer.send(state_topic, value=record, key=record_key)
-            if offsets:
-                self._producer.send_offsets_to_transaction(
-                    {
-                        TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
-                        for (topic, partition), offset in offsets.items()
-                    },
-                    group_metadata,
-                )
-            self._producer.commit_transaction()
-        except Exception as exc:
-            self.abort()
-            raise TransactionError(f"transaction not committed: {exc!r}") from exc
-        self._open = False
-
-    def abort(self) -> None:
-        """Abort the open transaction if the producer still can, then drop the producer."""
-        producer, self._producer = self._producer, None
-        was_open, self._open = self._open, False
-        if producer is None:
-            return
-        abort_and_close(producer, was_open)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Close the producer (an open transaction is aborted by the broker or a successor)."""
-        producer, self._producer = self._producer, None
-        self._open = False
-        if producer is not None:
-            close_quietly(producer, timeout if timeout is not None else ABORT_TIMEOUT_S)
-
-
-def abort_and_close(producer: Any, in_transaction: bool = True) -> None:
-    """Abort ``producer``'s open transaction when it still can, then close it at once.
-
-    A fenced producer cannot abort; its successor's ``init_transactions`` already did, and a
-    producer that cannot reach the broker leaves the transaction to time out there.
-    """
-    if in_transaction:
-        try:
-            producer.abort_transaction()
-        except Exception as exc:
-            logger.warning("transaction not aborted by this producer: %r", exc)
-    close_quietly(producer, 0)
-
-
-def close_quietly(producer: Any, timeout: float | None) -> None:
-    """Close a transactional producer, logging (not raising) a failure to close cleanly."""
-    try:
-        producer.close(timeout=timeout)
-    except Exception as exc:
-        logger.warning("transactional producer did not close cleanly: %r", exc)
 
 
 # -- the owner -------------------------------------------------------------------------------------
@@ -666,7 +409,7 @@ class Owner:
         try:
             state = self._engine.load_payload(followed.payload, STATE_TOPIC_REMEDY)
         except IncompatibleCheckpointError as exc:
-            raise _foreign_model(self._settings, self._group, exc) from None
+            raise foreign_model(self._settings, self._group, exc) from None
         except (StateError, ValueError) as exc:
             logger.error("%s cannot be loaded (%s); reading the state topic", origin, exc)
             return False, None

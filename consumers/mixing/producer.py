@@ -14,20 +14,16 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kafka import OffsetAndMetadata, TopicPartition
-
 from consumers.decoding.events import Rejection
-from consumers.dlq import DeadLetterWriter, ProducerFuture
+from consumers.dlq import DeadLetterWriter
 from consumers.mixing.contribution import Contribution
-from consumers.transactions import (
-    TRANSACTION_RETRY_BACKOFF_MS,
-    TRANSACTIONAL_ID_PREFIX,
+from consumers.transactional_producer import (
     ProducerBuilder,
+    TransactionalProducer,
     TransactionError,
-    abort_and_close,
-    close_quietly,
     kafka_transactional_producer,
 )
+from consumers.transactions import TRANSACTION_RETRY_BACKOFF_MS, TRANSACTIONAL_ID_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -44,29 +40,6 @@ def shard_transactional_id(group: str, topic: str, partition: int) -> str:
     'novikoff-g-events-mix-3'
     """
     return f"{TRANSACTIONAL_ID_PREFIX}-{group}-{topic}-mix-{partition}"
-
-
-class _InTransaction:
-    """The dead-letter writer's view of the open transaction (the shard producer owns it)."""
-
-    def __init__(self, producer: Any) -> None:
-        self._producer = producer
-
-    def send(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> ProducerFuture:
-        future: ProducerFuture = self._producer.send(topic, value=value, key=key, headers=headers)
-        return future
-
-    def flush(self, timeout: float | None = None) -> None:
-        self._producer.flush(timeout=timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Nothing: the shard producer outlives the writer."""
 
 
 class ShardProducer:
@@ -88,31 +61,26 @@ class ShardProducer:
         transactional_id: str,
         build: ProducerBuilder = kafka_transactional_producer,
     ) -> None:
-        self._config = {
-            **config,
-            "acks": "all",
-            "max_request_size": CONTRIBUTION_MAX_REQUEST_BYTES,
-            "transactional_id": transactional_id,
-            "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS,
-        }
-        self._build = build
-        self._producer: Any = None
+        self._transactions = TransactionalProducer(
+            {
+                **config,
+                "acks": "all",
+                "max_request_size": CONTRIBUTION_MAX_REQUEST_BYTES,
+                "transactional_id": transactional_id,
+                "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS,
+            },
+            build,
+        )
 
     @property
     def active(self) -> bool:
         """Whether :meth:`activate` succeeded and nothing failed since."""
-        return self._producer is not None
+        return self._transactions.active
 
     def activate(self) -> None:
         """A new producer registered with ``init_transactions``: fences the previous owner."""
         self.close(timeout=0)
-        producer = self._build(self._config)
-        try:
-            producer.init_transactions()
-        except BaseException:
-            producer.close(timeout=0)
-            raise
-        self._producer = producer
+        self._transactions.activate()
 
     def commit_round(
         self,
@@ -131,38 +99,30 @@ class ShardProducer:
         TransactionError
             When anything failed; the transaction is aborted and the producer dropped.
         """
-        producer = self._producer
-        if producer is None:
+        transactions = self._transactions
+        if not transactions.active:
             raise TransactionError("the shard producer is not active")
-        try:
-            producer.begin_transaction()
-            if rejections:
+        if rejections:
+            # The writer's producer is the shard's: its dead letters join the open transaction.
+            try:
                 DeadLetterWriter(
-                    lambda: _InTransaction(producer),
+                    lambda: transactions,
                     dlq_topic,
                     flush_timeout_seconds=DEAD_LETTER_FLUSH_SECONDS,
                 ).write(rejections)
-            producer.send(contributions_topic, value=contribution.encode(), key=contribution.key)
-            producer.send_offsets_to_transaction(
-                {
-                    TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
-                    for (topic, partition), offset in offsets.items()
-                },
-                group_metadata,
-            )
-            producer.commit_transaction()
-        except Exception as exc:
-            self.abort()
-            raise TransactionError(f"round not committed: {exc!r}") from exc
+            except Exception as exc:
+                transactions.abort()
+                raise TransactionError(f"round not committed: {exc!r}") from exc
+        transactions.commit_records(
+            [(contributions_topic, contribution.key, contribution.encode())],
+            offsets,
+            group_metadata,
+        )
 
     def abort(self) -> None:
         """Abort the open transaction if possible and drop the producer."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            abort_and_close(producer)
+        self._transactions.abort()
 
     def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
         """Close the producer (a transaction left open is aborted by the next owner)."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            close_quietly(producer, timeout)
+        self._transactions.close(timeout)

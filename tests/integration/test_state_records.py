@@ -20,9 +20,10 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.restoring import state_topic_candidate
 from consumers.state.checkpoint import frame
 from consumers.state.topic import encode_state_record, state_key
-from consumers.transactions import TransactionSettings, state_topic_candidate
+from consumers.transactions import TransactionSettings
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from service.settings import load_settings
 from service.topics import ensure_state_topic, ensure_topics

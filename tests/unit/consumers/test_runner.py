@@ -14,7 +14,8 @@ import pytest
 from consumers.decoding.events import Record
 from consumers.engine import Engine
 from consumers.kafka_clients import RunnerSettings
-from consumers.runner import ConsumerRunner, _disconnection_reason
+from consumers.runner import ConsumerRunner
+from consumers.runner_health import _disconnection_reason
 from consumers.state.checkpoint import CheckpointStore
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.fakes import FakeConsumer, FakeProducer

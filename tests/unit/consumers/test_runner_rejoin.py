@@ -13,7 +13,7 @@ import pytest
 from consumers.decoding.events import Record
 from consumers.engine import Engine
 from consumers.kafka_compat import resume_stranded_join
-from consumers.runner import _resuming
+from consumers.runner_commits import _resuming
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
 from tests.unit.consumers.fakes import TopicPartition
 

@@ -10,7 +10,7 @@ from kafka.errors import MessageSizeTooLargeError, ProducerFencedError
 
 from consumers.ownership import NOT_OWNER, SingleOwnerAssignor
 from consumers.state.topic import decode_state_record
-from consumers.transactions import (
+from consumers.transactional_producer import (
     DEAD_LETTER_MAX_BYTES,
     TransactionalProducer,
     TransactionError,
