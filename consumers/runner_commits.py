@@ -24,7 +24,8 @@ from consumers.partitions import offsets_text
 from consumers.reports import PartitionKey
 from consumers.runner_health import Backoff, RunnerHealth
 from consumers.state.checkpoint import CheckpointStore
-from consumers.transactions import Owner, TransactionError
+from consumers.transactional_producer import TransactionError
+from consumers.transactions import Owner
 
 logger = logging.getLogger("consumers.runner")
 """The runner's logger (see :mod:`consumers.runner_health`)."""

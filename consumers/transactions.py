@@ -65,29 +65,11 @@ from consumers.transactional_producer import (
     ProducerBuilder,
     TransactionalProducer,
     TransactionError,
-    abort_and_close,
-    close_quietly,
     kafka_transactional_producer,
 )
 from learning import StateError
 
 # With the producer's names the transactional writers outside this module (mixing) import here.
-__all__ = [
-    "BROKER_MAX_TRANSACTION_TIMEOUT_MS",
-    "DEFAULT_STATE_READ_TIMEOUT_SECONDS",
-    "DEFAULT_TRANSACTION_TIMEOUT_MS",
-    "TRANSACTIONAL_ID_PREFIX",
-    "TRANSACTION_RETRY_BACKOFF_MS",
-    "Owner",
-    "ProducerBuilder",
-    "TransactionError",
-    "TransactionSettings",
-    "abort_and_close",
-    "close_quietly",
-    "kafka_transactional_producer",
-    "transaction_timeout_ms",
-]
-
 logger = logging.getLogger(__name__)
 
 TRANSACTIONAL_ID_PREFIX = "novikoff"

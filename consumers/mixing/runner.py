@@ -54,7 +54,11 @@ from consumers.mixing.producer import ShardProducer, shard_transactional_id
 from consumers.mixing.serving import mixed_learner, mixing_section
 from consumers.mixing.shard import LearnerFactory, PartitionRound
 from consumers.state.topic import READ_COMMITTED
-from consumers.transactions import ProducerBuilder, TransactionError, kafka_transactional_producer
+from consumers.transactional_producer import (
+    ProducerBuilder,
+    TransactionError,
+    kafka_transactional_producer,
+)
 from learning.mixing import DistributedBound
 from learning.seeding import learner_weights
 
