@@ -21,6 +21,7 @@ others need a person; :func:`classify` says what to do in the fault's ``fix``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -161,3 +162,54 @@ def unknown_topic(topic: str, bootstrap: str, grace_seconds: float) -> ConsumerF
         "or set kafka.topic (NOVIKOFF_KAFKA__TOPIC) to a topic that exists; "
         "the consumer picks it up without a restart",
     )
+
+
+class WorkerHealth:
+    """What a background Kafka worker (the consumer runner, the mixing runner) tells the service:
+    whether it reaches Kafka, why not, and the fault retrying cannot fix.
+
+    Invariant: every fault is counted by the observer; an ERROR line is logged once per distinct
+    (kind, cause) until the worker connects again (``_reported`` is cleared then).
+    """
+
+    _log: logging.Logger
+    _worker: str
+    """Names the worker in its fault line (``<worker> cannot learn: ...``)."""
+    _connected: bool
+    _reason: str | None
+    _fault: ConsumerFault | None
+    _fault_observer: FaultObserver
+    _reported: set[tuple[FaultKind, str]]
+
+    @property
+    def connected(self) -> bool:
+        """Whether the worker currently reaches the broker (and its group coordinator)."""
+        return self._connected
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the worker is not connected (``None`` when it is)."""
+        return None if self._connected else self._reason
+
+    @property
+    def fault(self) -> ConsumerFault | None:
+        """The error retrying cannot fix that keeps the worker from learning, if any."""
+        return None if self._connected else self._fault
+
+    def _count(self, fault: ConsumerFault) -> None:
+        try:
+            self._fault_observer.on_consumer_error(fault)
+        except Exception as exc:
+            self._log.warning("fault observer failed: %r", exc)
+
+    def _log_once(self, fault: ConsumerFault) -> None:
+        key = (fault.kind, fault.cause)
+        if key not in self._reported:
+            self._reported.add(key)
+            self._log.error(
+                "%s cannot learn: %s; fix: %s",
+                self._worker,
+                fault.cause,
+                fault.fix,
+                extra={"fault": fault.kind.value},
+            )

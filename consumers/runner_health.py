@@ -14,7 +14,7 @@ import time
 from consumers.faults import (
     ConsumerFault,
     FaultKind,
-    FaultObserver,
+    WorkerHealth,
     classify,
     unknown_topic,
 )
@@ -45,33 +45,15 @@ class Backoff:
         self._next = self._first
 
 
-class RunnerHealth:
+class RunnerHealth(WorkerHealth):
     """The runner's connection state (a base of :class:`~consumers.runner.ConsumerRunner`)."""
 
+    _log = logger
+    _worker = "consumer"
     _settings: RunnerSettings
-    _connected: bool
-    _reason: str | None
-    _fault: ConsumerFault | None
-    _fault_observer: FaultObserver
-    _reported: set[tuple[FaultKind, str]]
     _topic_missing_since: float | None
     _resubscribe: bool
     _backoff: Backoff
-
-    @property
-    def connected(self) -> bool:
-        """Whether the consumer currently reaches the broker and its group coordinator."""
-        return self._connected
-
-    @property
-    def not_ready_reason(self) -> str | None:
-        """Why the consumer is not connected (``None`` when it is)."""
-        return None if self._connected else self._reason
-
-    @property
-    def fault(self) -> ConsumerFault | None:
-        """The error retrying cannot fix that keeps the consumer from learning, if any."""
-        return None if self._connected else self._fault
 
     def _check_connection(self, consumer: Consumer) -> None:
         reason = _disconnection_reason(consumer)
@@ -130,26 +112,12 @@ class RunnerHealth:
     def _classify(self, exc: BaseException) -> ConsumerFault:
         return classify(exc, topic=self._settings.topic, group=self._settings.group)
 
-    def _count(self, fault: ConsumerFault) -> None:
-        try:
-            self._fault_observer.on_consumer_error(fault)
-        except Exception as exc:
-            logger.warning("fault observer failed: %r", exc)
-
     def _on_fault(self, fault: ConsumerFault) -> None:
         """Record a fault retrying cannot fix: counted always, logged once per distinct cause."""
         self._count(fault)
         self._fault = fault
         self._set_disconnected(fault.reason)
-        key = (fault.kind, fault.cause)
-        if key not in self._reported:
-            self._reported.add(key)
-            logger.error(
-                "consumer cannot learn: %s; fix: %s",
-                fault.cause,
-                fault.fix,
-                extra={"fault": fault.kind.value},
-            )
+        self._log_once(fault)
 
     def _retry_delay(self) -> float:
         """The wait before the next attempt: the longest backoff while a fault needs a person."""

@@ -44,7 +44,14 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 
 from consumers.dlq import default_dead_letter_topic
 from consumers.engine import Engine
-from consumers.faults import ConsumerFault, FaultObserver, NullFaultObserver, classify
+from consumers.faults import (
+    ConsumerFault,
+    FaultKind,
+    FaultObserver,
+    NullFaultObserver,
+    WorkerHealth,
+    classify,
+)
 from consumers.kafka_clients import RunnerSettings
 from consumers.kafka_compat import restore_parked_records
 from consumers.mixing._kafka import kafka_consumer
@@ -141,7 +148,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._runner._on_assigned(assigned)
 
 
-class MixingRunner:
+class MixingRunner(WorkerHealth):
     """Runs mixing mode on a background thread (the service's worker in mixing mode).
 
     Parameters
@@ -167,6 +174,9 @@ class MixingRunner:
         contributions topic and serves the mixed models (:attr:`caught_up_at` says how fresh).
     """
 
+    _log = logger
+    _worker = "mixing"
+
     def __init__(
         self,
         engine: Engine,
@@ -185,7 +195,7 @@ class MixingRunner:
         self._learns = learns
         self._fault_observer = fault_observer or NullFaultObserver()
         self._fault: ConsumerFault | None = None
-        self._reported: set[tuple[Any, str]] = set()
+        self._reported: set[tuple[FaultKind, str]] = set()
         self._caught_up_at: float | None = None
         self._end_checked_at = 0.0
         self._settings = settings
@@ -201,6 +211,7 @@ class MixingRunner:
         self._lock = threading.Lock()
         self._consumer: Any = None
         self._follower: Any = None
+        self._watermarks: Any = None
         self._ledger: MixLedger | None = None
         self._producers: dict[int, ShardProducer] = {}
         self._owned: set[int] = set()
@@ -216,21 +227,6 @@ class MixingRunner:
         self._progress_at = 0.0
 
     # -- the worker protocol --------------------------------------------------------------------
-
-    @property
-    def connected(self) -> bool:
-        """Whether the last turn reached Kafka."""
-        return self._connected
-
-    @property
-    def not_ready_reason(self) -> str | None:
-        """Why the runner is not connected (``None`` when it is)."""
-        return None if self._connected else self._reason
-
-    @property
-    def fault(self) -> ConsumerFault | None:
-        """The standing error retrying cannot fix (codec, authorization), as the runner's."""
-        return None if self._connected else self._fault
 
     @property
     def running(self) -> bool:
@@ -304,25 +300,14 @@ class MixingRunner:
     def _on_error(self, exc: Exception) -> None:
         """Count every error; one ERROR line per distinct cause retrying cannot fix."""
         fault = classify(exc, topic=self._settings.topic, group=self._settings.group)
-        try:
-            self._fault_observer.on_consumer_error(fault)
-        except Exception as observer_error:
-            logger.warning("fault observer failed: %r", observer_error)
+        self._count(fault)
         if fault.retriable:
             logger.warning("mixing runner error: %r; reconnecting", exc)
             self._reason = f"mixing: {exc!r}"
             return
         self._fault = fault
         self._reason = fault.reason
-        key = (fault.kind, fault.cause)
-        if key not in self._reported:
-            self._reported.add(key)
-            logger.error(
-                "mixing cannot learn: %s; fix: %s",
-                fault.cause,
-                fault.fix,
-                extra={"fault": fault.kind.value},
-            )
+        self._log_once(fault)
 
     # -- connection -----------------------------------------------------------------------------
 
@@ -353,6 +338,8 @@ class MixingRunner:
         consumer.partitions_for_topic(self._settings.topic)
         consumer.subscribe([self._settings.topic], listener=_Listener(self))
         self._consumer = consumer
+        # Kafka's default isolation: its end offsets are high watermarks (see _catch_up).
+        self._watermarks = self._build_consumer({**connection, "enable_auto_commit": False})
 
     def _close(self) -> None:
         with self._lock:
@@ -364,13 +351,13 @@ class MixingRunner:
         for producer in self._producers.values():
             producer.abort()
         self._producers.clear()
-        for client in (self._consumer, self._follower):
+        for client in (self._consumer, self._follower, self._watermarks):
             if client is not None:
                 try:
                     client.close(autocommit=False, timeout_ms=CLOSE_TIMEOUT_MS)
                 except Exception as exc:
                     logger.warning("mixing consumer did not close cleanly: %r", exc)
-        self._consumer = self._follower = None
+        self._consumer = self._follower = self._watermarks = None
 
     # -- rebalances (kafka-python calls these while poll() runs) ------------------------------
 
@@ -495,11 +482,13 @@ class MixingRunner:
     def _catch_up(self) -> None:
         """Read the contributions topic up to its end as of now (everything committed before)."""
         contributions = TopicPartition(self._options.contributions_topic, CONTRIBUTIONS_PARTITION)
-        # The events consumer reads uncommitted: its end offset is the high watermark, which the
-        # read_committed follower passes once every transaction below it has ended (a replica has
-        # only the follower: its end offset is the last stable offset).
+        # A learner's target is the high watermark (from a read_uncommitted client), which the
+        # read_committed follower passes only once every transaction below it has ended, so a
+        # shard's newest contribution is read even behind another shard's open transaction (the
+        # last stable offset would stop before it). A replica has only the follower: its target
+        # is the last stable offset, which only delays what it serves.
         started = time.monotonic()
-        ends = self._consumer if self._learns else self._follower
+        ends = self._watermarks if self._learns else self._follower
         target = ends.end_offsets([contributions])[contributions]
         deadline = started + CATCH_UP_TIMEOUT_S
         while self._follower.position(contributions) < target:
