@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from consumers.engine import Engine, IncompatibleCheckpointError
 from consumers.kafka_clients import RunnerSettings
-from consumers.mixing.runner import MixingOptions, MixingRunner
+from consumers.mixing.options import MixingOptions
+from consumers.mixing.runner import MixingRunner
 from consumers.runner import ConsumerRunner
 from consumers.state.checkpoint import CheckpointStore
 from consumers.transactions import TransactionSettings, transaction_timeout_ms

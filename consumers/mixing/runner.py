@@ -33,11 +33,9 @@ section.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, TopicPartition
@@ -55,26 +53,23 @@ from consumers.faults import (
 from consumers.kafka_clients import RunnerSettings
 from consumers.kafka_compat import restore_parked_records
 from consumers.mixing._kafka import kafka_consumer
-from consumers.mixing.contribution import Contribution, ContributionError
+from consumers.mixing.following import (
+    CONTRIBUTIONS_PARTITION,
+    WAITING_POLL_MS,
+    BoundFactory,
+    logger,
+)
 from consumers.mixing.ledger import MixLedger
-from consumers.mixing.producer import ShardProducer, shard_transactional_id
-from consumers.mixing.serving import mixed_learner, mixing_section
+from consumers.mixing.options import MixingOptions
+from consumers.mixing.producer import ShardProducer
+from consumers.mixing.rounds import Carry, ShardRounds
 from consumers.mixing.shard import LearnerFactory, PartitionRound
 from consumers.state.topic import READ_COMMITTED
 from consumers.transactional_producer import (
     ProducerBuilder,
-    TransactionError,
     kafka_transactional_producer,
 )
-from learning.mixing import DistributedBound
-from learning.seeding import learner_weights
 
-logger = logging.getLogger(__name__)
-
-CONTRIBUTIONS_PARTITION = 0
-CATCH_UP_TIMEOUT_S = 30.0
-WAITING_POLL_MS = 50
-"""How long one turn waits for contributions while no owned shard is learning."""
 IDLE_EVENTS_POLL_MS = 5
 """How long one turn polls the events while every owned shard waits for a mix (never 0:
 kafka-python's group upkeep, heartbeats and the poll interval, needs time inside poll()). A
@@ -86,8 +81,6 @@ FOLLOW_POLL_MS = 1
 background)."""
 FOLLOW_INTERVAL_S = 0.1
 """While every owned shard is learning, the contributions topic is read at most this often."""
-END_CHECK_INTERVAL_S = 0.5
-"""How often a replica checks that it has read the contributions topic to its end."""
 PROGRESS_INTERVAL_S = 0.1
 """The ``/stats`` ``mixing`` section is refreshed at most this often (and at every mix)."""
 FOLLOW_FETCH_WAIT_MS = 10
@@ -95,43 +88,7 @@ FOLLOW_FETCH_WAIT_MS = 10
 visible only when their transactions commit, and every shard waits for them."""
 CLOSE_TIMEOUT_MS = 1_000
 
-BoundFactory = Callable[[int], DistributedBound]
 ConsumerBuilder = Callable[[Mapping[str, Any]], Any]
-
-
-@dataclass(frozen=True)
-class MixingOptions:
-    """Mixing's own settings (``[mixing]``).
-
-    Parameters
-    ----------
-    round_events
-        R: valid events of a partition per round (> 0).
-    round_seconds
-        T: a round is also cut T seconds after it started (0: never).
-    contributions_topic
-        The topic of contributions (one partition).
-    """
-
-    round_events: int
-    round_seconds: float
-    contributions_topic: str
-
-    def __post_init__(self) -> None:
-        if self.round_events < 1:
-            raise ValueError("round_events must be at least 1 in mixing mode")
-        if self.round_seconds < 0:
-            raise ValueError("round_seconds must be at least 0")
-
-
-@dataclass(frozen=True)
-class _Carry:
-    """What partition p's consumer holds after its last committed round ends at ``offset``:
-    ``records`` (from ``offset`` on, in order) were returned by a poll after the round's last
-    event, and the consumer's position is right after them (``offset`` when there are none)."""
-
-    offset: int
-    records: list[Any]
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -148,7 +105,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._runner._on_assigned(assigned)
 
 
-class MixingRunner(WorkerHealth):
+class MixingRunner(WorkerHealth, ShardRounds):
     """Runs mixing mode on a background thread (the service's worker in mixing mode).
 
     Parameters
@@ -219,7 +176,7 @@ class MixingRunner(WorkerHealth):
         self._positions: dict[int, tuple[int, int]] = {}
         """Per active partition: its newest committed round and that round's end offset."""
         self._shards: dict[int, PartitionRound] = {}
-        self._carry: dict[int, _Carry] = {}
+        self._carry: dict[int, Carry] = {}
         self._connected = False
         self._reason: str | None = "the consumer has not started"
         self._published_round = -1
@@ -422,215 +379,8 @@ class MixingRunner(WorkerHealth):
         if time.monotonic() - self._progress_at >= PROGRESS_INTERVAL_S:
             self._publish_progress()
 
-    def _follow_only(self) -> None:
-        """A replica's turn: follow the contributions, check the end of their log now and then."""
-        if self._ensure_ledger() is None:
-            self._follower.poll(timeout_ms=WAITING_POLL_MS)
-            return
-        self._follow(WAITING_POLL_MS)
-        now = time.monotonic()
-        if now - self._end_checked_at >= END_CHECK_INTERVAL_S:
-            self._end_checked_at = now
-            contributions = TopicPartition(
-                self._options.contributions_topic, CONTRIBUTIONS_PARTITION
-            )
-            # read_committed: the end is the last stable offset, every transaction below it ended.
-            end = self._follower.end_offsets([contributions])[contributions]
-            if self._follower.position(contributions) >= end:
-                self._caught_up_at = now
-        self._connected = True
-        self._reason = None
-
     def _events_poll_ms(self) -> int:
         """The events poll's timeout: short only while owned shards all wait for a mix."""
         if self._shards or not self._owned:
             return self._settings.poll_timeout_ms
         return IDLE_EVENTS_POLL_MS
-
-    def _ensure_ledger(self) -> MixLedger | None:
-        if self._ledger is not None:
-            return self._ledger
-        metadata = self._consumer if self._learns else self._follower
-        partitions = metadata.partitions_for_topic(self._settings.topic)
-        if not partitions:
-            self._reason = f"waiting for topic {self._settings.topic!r}"
-            return None
-        count = len(partitions)
-        zero = learner_weights(self._learner_factory()) * 0.0
-        ledger = self._ledger = MixLedger(count, zero, self._bound_factory(count))
-        # Ready once everything committed before the start is mixed: serve no stale model.
-        self._catch_up()
-        self._publish(ledger)
-        return ledger
-
-    def _follow(self, timeout_ms: int) -> None:
-        """Feed the ledger what the contributions topic has committed since the last call."""
-        polled = self._follower.poll(timeout_ms=timeout_ms)
-        ledger = self._ledger
-        assert ledger is not None
-        for records in polled.values():
-            for record in records:
-                try:
-                    contribution = Contribution.decode(record.value)
-                    if contribution.group == self._settings.group:
-                        ledger.add(contribution)
-                except ContributionError as exc:
-                    logger.error("contributions record @%d skipped: %s", record.offset, exc)
-        if self._published_round >= 0 and ledger.current.round != self._published_round:
-            self._publish(ledger)
-
-    def _catch_up(self) -> None:
-        """Read the contributions topic up to its end as of now (everything committed before)."""
-        contributions = TopicPartition(self._options.contributions_topic, CONTRIBUTIONS_PARTITION)
-        # A learner's target is the high watermark (from a read_uncommitted client), which the
-        # read_committed follower passes only once every transaction below it has ended, so a
-        # shard's newest contribution is read even behind another shard's open transaction (the
-        # last stable offset would stop before it). A replica has only the follower: its target
-        # is the last stable offset, which only delays what it serves.
-        started = time.monotonic()
-        ends = self._watermarks if self._learns else self._follower
-        target = ends.end_offsets([contributions])[contributions]
-        deadline = started + CATCH_UP_TIMEOUT_S
-        while self._follower.position(contributions) < target:
-            if time.monotonic() > deadline or self._stop.is_set():
-                raise TimeoutError(f"contributions topic not read up to offset {target}")
-            self._follow(WAITING_POLL_MS)
-        self._caught_up_at = started
-
-    def _activate(self, p: int, ledger: MixLedger) -> None:
-        producer = self._producers.get(p)
-        if producer is None:
-            transactional_id = shard_transactional_id(self._settings.group, self._settings.topic, p)
-            producer = ShardProducer(
-                self._settings.connection_config(), transactional_id, self._shard_producer
-            )
-            self._producers[p] = producer
-        producer.activate()
-        self._catch_up()
-        newest = ledger.newest(p)
-        tp = TopicPartition(self._settings.topic, p)
-        if newest is not None:
-            position = (newest.round, newest.end_offset)
-        else:
-            position = (0, self._consumer.beginning_offsets([tp])[tp])
-        with self._lock:
-            if p not in self._owned:
-                return
-            self._to_activate.discard(p)
-            self._positions[p] = position
-            self._carry.pop(p, None)
-        logger.info(
-            "partition %d active: round %d next, from offset %d", p, position[0] + 1, position[1]
-        )
-
-    def _shard_producer(self, config: Mapping[str, Any]) -> Any:
-        """A shard's producer that already knows the contributions topic's partitions: the
-        metadata request a first send would make happens on activation, not in a round's
-        commit, where every shard of the next round waits for it."""
-        producer = self._build_producer(config)
-        try:
-            producer.partitions_for(self._options.contributions_topic)
-        except BaseException:
-            producer.close(timeout=0)
-            raise
-        return producer
-
-    def _start_rounds(self, ledger: MixLedger) -> None:
-        mixed = ledger.current
-        for p, (committed, offset) in sorted(self._positions.items()):
-            if p in self._shards or committed > mixed.round:
-                continue
-            self._shards[p] = PartitionRound(
-                self._settings.group,
-                p,
-                committed + 1,
-                offset,
-                mixed.weights,
-                round_events=self._options.round_events,
-                learner_factory=self._learner_factory,
-                tracker_template=self._engine.tracker,
-                decoder=self._engine.decoder,
-            )
-            tp = TopicPartition(self._settings.topic, p)
-            carry = self._carry.pop(p, None)
-            if carry is None or carry.offset != offset:
-                self._consumer.seek(tp, offset)
-            self._consumer.resume(tp)
-            if carry is not None and carry.offset == offset and carry.records:
-                self._learn(tp, carry.records)
-
-    def _learn(self, tp: Any, records: list[Any]) -> None:
-        shard = self._shards.get(tp.partition)
-        if shard is None or not records:
-            return
-        if records[0].offset != shard.next_offset:
-            # Records fetched before a seek: read again from where the round is.
-            fresh = [r for r in records if r.offset >= shard.next_offset]
-            if not fresh or fresh[0].offset != shard.next_offset:
-                self._consumer.seek(tp, shard.next_offset)
-                return
-            records = fresh
-        taken = shard.feed(records)
-        if shard.full:
-            self._finish(tp.partition, time_cut=False, rest=records[taken:])
-        elif taken < len(records):
-            self._consumer.seek(tp, shard.next_offset)
-
-    def _finish(self, p: int, *, time_cut: bool, rest: list[Any] | None = None) -> None:
-        """Commit partition p's round; ``rest``: the records of the last poll past its end."""
-        shard = self._shards.pop(p)
-        tp = TopicPartition(self._settings.topic, p)
-        self._consumer.pause(tp)
-        contribution = shard.contribution(time_cut=time_cut)
-        try:
-            self._producers[p].commit_round(
-                contribution,
-                shard.rejections,
-                contributions_topic=self._options.contributions_topic,
-                dlq_topic=self._dlq_topic,
-                offsets={(self._settings.topic, p): contribution.end_offset},
-                group_metadata=self._consumer.group_metadata(),
-            )
-        except (TransactionError, KeyError) as exc:
-            logger.error(
-                "round %d of partition %d not committed (%s); replaying it", shard.round, p, exc
-            )
-            with self._lock:
-                self._positions.pop(p, None)
-                if p in self._owned:
-                    self._to_activate.add(p)
-            return
-        with self._lock:
-            if p in self._positions:
-                self._positions[p] = (contribution.round, contribution.end_offset)
-                self._carry[p] = _Carry(contribution.end_offset, rest or [])
-        logger.debug(
-            "round %d of partition %d committed: offsets [%d, %d), %d learned",
-            contribution.round,
-            p,
-            contribution.start_offset,
-            contribution.end_offset,
-            contribution.learned,
-        )
-
-    # -- serving --------------------------------------------------------------------------------
-
-    def _publish(self, ledger: MixLedger) -> None:
-        mixed = ledger.current
-        learner = mixed_learner(self._learner_factory(), mixed)
-        progress = {
-            (self._settings.topic, p): (done.start, done.end, done.learned, done.rejected)
-            for p, done in ledger.progress().items()
-        }
-        self._engine.publish_mixed(learner, mixed.dead_lettered, mixed.round, progress)
-        self._published_round = mixed.round
-        self._publish_progress()
-
-    def _publish_progress(self) -> None:
-        ledger = self._ledger
-        if ledger is None:
-            return
-        learning = {p: shard.learned for p, shard in self._shards.items()}
-        self._engine.set_mixing(
-            mixing_section(ledger, self._options, learning, set(self._positions))
-        )

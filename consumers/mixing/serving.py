@@ -10,7 +10,7 @@ from learning import LinearLearner
 from learning.seeding import seed_learner
 
 if TYPE_CHECKING:
-    from consumers.mixing.runner import MixingOptions
+    from consumers.mixing.options import MixingOptions
 
 
 def mixed_learner(fresh: LinearLearner, mixed: Mixed) -> LinearLearner:

@@ -15,7 +15,8 @@ from kafka import TopicPartition
 from consumers.engine import Engine
 from consumers.mixing.contribution import Contribution
 from consumers.mixing.ledger import MixLedger
-from consumers.mixing.runner import MixingOptions, MixingRunner
+from consumers.mixing.options import MixingOptions
+from consumers.mixing.runner import MixingRunner
 from learning import BoundTracker
 from learning.mixing import DistributedBound
 from tests.unit.consumers.test_mixing import learner, stream

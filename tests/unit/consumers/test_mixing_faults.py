@@ -15,7 +15,8 @@ import pytest
 from kafka.errors import KafkaConnectionError, UnsupportedCodecError
 
 from consumers.faults import FaultKind
-from consumers.mixing.runner import IDLE_EVENTS_POLL_MS, MixingOptions, MixingRunner
+from consumers.mixing.options import MixingOptions
+from consumers.mixing.runner import IDLE_EVENTS_POLL_MS, MixingRunner
 from learning import DenseEncoder, LabelMap, Perceptron
 from learning.mixing import DistributedBound
 from tests.unit.consumers.test_faults import CountingObserver

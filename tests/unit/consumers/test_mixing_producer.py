@@ -10,7 +10,8 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 
 from consumers.engine import Engine
-from consumers.mixing.runner import MixingOptions, MixingRunner
+from consumers.mixing.options import MixingOptions
+from consumers.mixing.runner import MixingRunner
 from learning import BoundTracker
 from learning.mixing import DistributedBound
 from tests.unit.consumers.test_mixing import learner
