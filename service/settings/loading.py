@@ -1,13 +1,7 @@
 """Loading the configuration: the root :class:`Settings` and :func:`load_settings`, its one builder.
 
-Sources, highest priority first:
-
-1. keyword arguments to :func:`load_settings` (tests and the CLI use them);
-2. ``NOVIKOFF_<SECTION>__<KEY>`` environment variables (lists and tables as JSON);
-3. ``KAFKA_BOOTSTRAP_SERVERS``, which names the broker;
-4. the TOML file named by ``NOVIKOFF_CONFIG`` (or the ``config_path`` argument);
-5. the defaults of :mod:`service.settings.sections`,
-   which ``config/default.toml`` documents one by one.
+The sources and their priority are listed in :mod:`service.settings`; :meth:`Settings.
+settings_customise_sources` orders them, and the cross-section rules are its validators.
 """
 
 from __future__ import annotations
