@@ -35,33 +35,26 @@ from typing import Any, TypeVar
 import numpy as np
 
 from consumers.decoding.events import DecodedBatch, EventDecoder, LabelLookup, SourceRecord
+from consumers.engine_state import EnginePersistence, classes_of
 from consumers.partitions import (
-    STATE_FORMAT,
-    LoadedState,
     _Partition,
-    _partitions_from,
-    offsets_text,
 )
 from consumers.reports import (
     BatchReport,
-    CheckpointReport,
     EngineObserver,
     EngineSnapshot,
     NullObserver,
     PartitionKey,
     PartitionProgress,
     RestoreReport,
+    call_observer,
 )
-from consumers.state.checkpoint import CheckpointStore, SkippedCheckpoint
 from learning import (
     BoundTracker,
     Encoder,
     LinearLearner,
     MulticlassPerceptron,
     Perceptron,
-    StateError,
-    dump_state,
-    load_state,
 )
 
 logger = logging.getLogger(__name__)
@@ -70,7 +63,7 @@ RATE_WINDOW_SECONDS = 10.0
 MAX_RATE_POINTS = 256
 MAX_LISTED_COORDINATES = 10_000
 """``/model`` lists coordinate names up to this dimension (hashing models give the dimension)."""
-CHECKPOINT_REMEDY = "move the checkpoint directory away to start a new model"
+
 
 _Record = TypeVar("_Record", bound=SourceRecord)
 
@@ -79,23 +72,11 @@ class OffsetError(RuntimeError):
     """A batch would apply an offset that was already applied (or is out of order)."""
 
 
-class IncompatibleCheckpointError(RuntimeError):
-    """A checkpoint holds a model of another shape or kind than the configured one."""
-
-
 def _labels_of(learner: LinearLearner) -> LabelLookup:
     if isinstance(learner, MulticlassPerceptron):
         return LabelLookup.multiclass(learner.class_labels)
     if isinstance(learner, Perceptron):
         return LabelLookup.binary(learner.label_map)
-    raise TypeError(f"unsupported learner {type(learner).__name__}")
-
-
-def _classes(learner: LinearLearner) -> list[Any]:
-    if isinstance(learner, MulticlassPerceptron):
-        return list(learner.class_labels)
-    if isinstance(learner, Perceptron):
-        return list(learner.label_map.labels)
     raise TypeError(f"unsupported learner {type(learner).__name__}")
 
 
@@ -107,7 +88,7 @@ def _describe(learner: LinearLearner) -> dict[str, Any]:
     return {
         "variant": "multiclass" if isinstance(learner, MulticlassPerceptron) else "binary",
         "learner": type(learner).__name__,
-        "classes": _classes(learner),
+        "classes": classes_of(learner),
         "bias": bool(encoder.bias),
         "dimension": dimension,
         "feature_names": names,
@@ -115,7 +96,7 @@ def _describe(learner: LinearLearner) -> dict[str, Any]:
     }
 
 
-class Engine:
+class Engine(EnginePersistence):
     """Applies decoded batches to one learner exactly once and publishes snapshots.
 
     Parameters
@@ -279,7 +260,7 @@ class Engine:
                 return
             partitions = self._frozen_partitions()
             self._snapshot = replace(self._snapshot, partitions=partitions)
-        _call(self._observer.on_lag, partitions)
+        call_observer(self._observer.on_lag, partitions)
 
     def set_owned(self, owned: Iterable[PartitionKey] | None) -> None:
         """Publish only these partitions in snapshots (``None``: every partition the state has).
@@ -339,148 +320,6 @@ class Engine:
             self._mixing = section
             self._snapshot = replace(self._snapshot, mixing=section)
 
-    # -- persistence ----------------------------------------------------------------------------
-
-    def checkpoint_bytes(self) -> tuple[bytes, dict[PartitionKey, int]]:
-        """The model, tracker, counters and offsets as one blob, and the offsets it holds."""
-        with self._lock:
-            offsets = {key: state.next_offset for key, state in self._partitions.items()}
-            extra = {
-                "format": STATE_FORMAT,
-                "partitions": [
-                    state.to_state(key) for key, state in sorted(self._partitions.items())
-                ],
-                "invalid": dict(self._invalid),
-                "saved_at": self._clock(),
-            }
-            return dump_state(self._learner, self._tracker, extra), offsets
-
-    def checkpoint(
-        self,
-        store: CheckpointStore,
-        prepared: tuple[bytes, dict[PartitionKey, int]] | None = None,
-    ) -> CheckpointReport:
-        """Save a checkpoint to ``store``; failures are reported, logged and raised.
-
-        ``prepared`` is a :meth:`checkpoint_bytes` result taken since the last :meth:`apply`
-        (the state record of the same checkpoint), saved instead of serialising again.
-        """
-        started = time.perf_counter()
-        try:
-            payload, offsets = prepared if prepared is not None else self.checkpoint_bytes()
-            info = store.save(payload)
-        except Exception as exc:
-            report = CheckpointReport(
-                ok=False,
-                seconds=time.perf_counter() - started,
-                size_bytes=0,
-                sequence=None,
-                error=repr(exc),
-            )
-            _call(self._observer.on_checkpoint, report)
-            raise
-        report = CheckpointReport(
-            ok=True,
-            seconds=time.perf_counter() - started,
-            size_bytes=info.size_bytes,
-            sequence=info.sequence,
-            offsets=offsets,
-        )
-        _call(self._observer.on_checkpoint, report)
-        return report
-
-    def restore(self, store: CheckpointStore) -> RestoreReport:
-        """Load the newest usable checkpoint from ``store`` (falling back to older ones).
-
-        A checkpoint whose bytes verify but whose content ``learning.load_state`` refuses is
-        skipped and moved aside like a damaged one. With none usable, the engine keeps its fresh
-        model and says so (WARNING). A checkpoint of another model shape raises
-        :class:`IncompatibleCheckpointError`: silently dropping a trained model would be worse.
-        """
-        skipped: list[SkippedCheckpoint] = []
-        for loaded in store.load_valid():
-            skipped.extend(loaded.skipped)
-            try:
-                state = self.load_payload(loaded.payload)
-            except (StateError, ValueError) as exc:
-                reason = f"cannot be loaded: {exc}"
-                store.quarantine(loaded.path, reason)
-                skipped.append(SkippedCheckpoint(path=loaded.path, reason=reason))
-                continue
-            return self.install(
-                state, f"checkpoint {loaded.path.name}", str(loaded.path), loaded.sequence, skipped
-            )
-        if skipped:
-            logger.error(
-                "NO usable checkpoint: %d checkpoint(s) in %s were damaged or unreadable; "
-                "starting from an EMPTY model",
-                len(skipped),
-                store.directory,
-            )
-        self._restore_report = RestoreReport(
-            restored=False, path=None, sequence=None, skipped=tuple(skipped), seen=0, partitions=0
-        )
-        return self._restore_report
-
-    @property
-    def applied(self) -> int:
-        """Records applied so far (learned + rejected), the measure :class:`LoadedState` shares."""
-        with self._lock:
-            return self._learner.n_seen + sum(self._invalid.values())
-
-    def load_payload(self, payload: bytes, remedy: str = CHECKPOINT_REMEDY) -> LoadedState:
-        """Load a ``checkpoint_bytes`` payload and check it holds this engine's model.
-
-        ``remedy`` ends the :class:`IncompatibleCheckpointError` message: how to start anew.
-
-        Raises
-        ------
-        IncompatibleCheckpointError
-            When the payload holds another model (learner, encoder, labels or references).
-        StateError, ValueError
-            When the payload is damaged or not a state this engine wrote.
-        """
-        try:
-            learner, tracker, extra = load_state(payload)
-            self._check_compatible(learner, tracker, remedy)
-            partitions, invalid = _partitions_from(extra)
-        except IncompatibleCheckpointError:
-            raise
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed state: {exc!r}") from exc
-        assert tracker is not None
-        return LoadedState(learner, tracker, partitions, invalid)
-
-    def install(
-        self,
-        state: LoadedState,
-        origin: str,
-        path: str | None = None,
-        sequence: int | None = None,
-        skipped: Sequence[SkippedCheckpoint] = (),
-    ) -> RestoreReport:
-        """Replace the model, counters and offsets with ``state`` (from :meth:`load_payload`)."""
-        with self._lock:
-            self._partitions = dict(state.partitions)
-            self._invalid = Counter(state.invalid)
-            self._install(state.learner, state.tracker)
-        logger.info(
-            "restored %s: %d events learned, %d partition(s): %s",
-            origin,
-            state.learner.n_seen,
-            len(state.partitions),
-            offsets_text((key, p.next_offset) for key, p in state.partitions.items()),
-        )
-        self._restore_report = RestoreReport(
-            restored=True,
-            path=path,
-            sequence=sequence,
-            skipped=tuple(skipped),
-            seen=state.learner.n_seen,
-            partitions=len(state.partitions),
-        )
-        return self._restore_report
-
     # -- internals ------------------------------------------------------------------------------
 
     def _install(self, learner: LinearLearner, tracker: BoundTracker) -> None:
@@ -492,30 +331,6 @@ class Engine:
         self._described: tuple[int, Mapping[str, Any]] | None = None
         self._rate_points.clear()
         self._publish()
-
-    def _check_compatible(
-        self, learner: LinearLearner, tracker: BoundTracker | None, remedy: str = CHECKPOINT_REMEDY
-    ) -> None:
-        current = self._learner
-        problems = []
-        if type(learner) is not type(current):
-            problems.append(f"learner {type(learner).__name__} != {type(current).__name__}")
-        if learner.encoder.to_state() | {"vocabulary": None} != current.encoder.to_state() | {
-            "vocabulary": None
-        }:
-            problems.append(f"encoder {learner.encoder!r} != {current.encoder!r}")
-        if _classes(learner) != _classes(current):
-            problems.append("labels or classes differ")
-        if tracker is None:
-            problems.append("no bound tracker saved")
-        elif [r.name for r in tracker.references] != [r.name for r in self._tracker.references]:
-            problems.append("bound references differ")
-        if problems:
-            raise IncompatibleCheckpointError(
-                "the checkpoint holds a different model than the configuration: "
-                + "; ".join(problems)
-                + f" ({remedy})"
-            )
 
     def _check_offsets(self, batch: DecodedBatch) -> None:
         seen_in_batch: dict[PartitionKey, int] = {}
@@ -585,14 +400,6 @@ class Engine:
         return self._described[1]
 
     def _notify_batch(self, report: BatchReport) -> None:
-        _call(self._observer.on_batch, report)
+        call_observer(self._observer.on_batch, report)
         for reason, count in report.rejected_by_reason.items():
-            _call(self._observer.on_rejected, reason, count)
-
-
-def _call(method: Callable[..., None], *args: Any) -> None:
-    """Call an observer method; an observer bug must never stop the consumer."""
-    try:
-        method(*args)
-    except Exception:
-        logger.exception("engine observer %s failed", getattr(method, "__qualname__", method))
+            call_observer(self._observer.on_rejected, reason, count)

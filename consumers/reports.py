@@ -5,7 +5,7 @@ batch, a checkpoint and a restore, and the observer protocol that hears them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -239,3 +239,13 @@ class NullObserver:
 
     def on_lag(self, partitions: Sequence[PartitionProgress]) -> None:
         """Ignore."""
+
+
+def call_observer(method: Callable[..., None], *args: Any) -> None:
+    """Call an observer method; an observer bug must never stop the consumer."""
+    try:
+        method(*args)
+    except Exception:
+        logging.getLogger("consumers.engine").exception(
+            "engine observer %s failed", getattr(method, "__qualname__", method)
+        )

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.engine import Engine
+from consumers.engine_state import IncompatibleCheckpointError
 from consumers.partitions import LoadedState
 from consumers.reports import RestoreReport
 from consumers.state.checkpoint import CheckpointStore

@@ -18,7 +18,8 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 
-from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.engine import Engine
+from consumers.engine_state import IncompatibleCheckpointError
 from consumers.kafka_clients import Consumer
 from consumers.partitions import offsets_text
 from consumers.reports import PartitionKey

@@ -42,7 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.engine import Engine
+from consumers.engine_state import IncompatibleCheckpointError
 from consumers.ownership import SingleOwnerAssignor
 from consumers.partitions import LoadedState
 from consumers.reports import RestoreReport

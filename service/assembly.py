@@ -19,7 +19,8 @@ from typing import Protocol
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.engine import Engine
+from consumers.engine_state import IncompatibleCheckpointError
 from consumers.kafka_clients import RunnerSettings
 from consumers.mixing.options import MixingOptions
 from consumers.mixing.runner import MixingRunner

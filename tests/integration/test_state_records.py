@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from consumers.engine import Engine, IncompatibleCheckpointError
+from consumers.engine import Engine
+from consumers.engine_state import IncompatibleCheckpointError
 from consumers.restoring import state_topic_candidate
 from consumers.state.checkpoint import frame
 from consumers.state.topic import encode_state_record, state_key

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from consumers.decoding.events import Record
-from consumers.engine import Engine, IncompatibleCheckpointError, OffsetError
+from consumers.engine import Engine, OffsetError
+from consumers.engine_state import IncompatibleCheckpointError
 from consumers.reports import BatchReport, CheckpointReport, PartitionProgress
 from consumers.state.checkpoint import CheckpointStore
 from learning import (
