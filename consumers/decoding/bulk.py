@@ -101,8 +101,20 @@ def _strings(labels: list[Any], ids: list[Any], stamps: list[Any]) -> list[str]:
     return strings
 
 
-def _expected_markers(keys: int, rows: int, strings: list[str], named_features: list[Any]) -> int:
-    """Marker bytes the decoded rows account for (see :mod:`consumers.decoding.scan`)."""
+def _expected_markers(
+    keys: int,
+    rows: int,
+    strings: list[str],
+    named_features: list[Any],
+    joined_names: bytes | None = None,
+) -> int:
+    """Marker bytes the decoded rows account for (see :mod:`consumers.decoding.scan`).
+
+    ``joined_names``: the feature names as the encoder joined them
+    (:meth:`~learning.encoders.SparseEncoder.join_names`), counted instead of joining the names
+    again. The count is the same: the markers are ASCII, no byte of a multi-byte UTF-8 sequence
+    is ASCII, and the NUL separator is no marker.
+    """
     total = (
         QUOTES_PER_STRING * keys
         + FIXED_FIELD_MARKERS * rows
@@ -111,19 +123,29 @@ def _expected_markers(keys: int, rows: int, strings: list[str], named_features: 
     )
     if named_features:
         total += QUOTES_PER_STRING * sum(map(len, named_features))
-        total += count_text_markers("".join(chain.from_iterable(named_features)))
+        if joined_names is None:
+            total += count_text_markers("".join(chain.from_iterable(named_features)))
+        else:
+            total += count_markers([joined_names])
     return total
 
 
 def _markers_balance(
-    values: list[Any], rows: list[dict[str, Any]], keys: int, strings: list[str], named: bool
+    values: list[Any],
+    rows: list[dict[str, Any]],
+    keys: int,
+    strings: list[str],
+    named_features: list[Any],
+    *,
+    joined_names: bytes | None,
 ) -> bool:
+    """Whether the raw values hold exactly the marker bytes the rows account for
+    (``named_features``: the rows' feature objects when they are name → number, else empty)."""
     try:
         raw = count_markers(values)
     except TypeError:
         return False
-    features = list(map(_get_features, rows)) if named else []
-    return raw == _expected_markers(keys, len(rows), strings, features)
+    return raw == _expected_markers(keys, len(rows), strings, named_features, joined_names)
 
 
 def _marker_verdict(values: list[Any], rows: list[dict[str, Any]], named: bool) -> list[bool]:

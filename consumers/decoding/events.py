@@ -396,9 +396,12 @@ class EventDecoder:
             return [_row_ts_ok(row) for row in rows]
         strings = _strings(labels, present_ids, present_ts)
         named = self._dense_features is None
-        if not _markers_balance(values, rows, keys, strings, named):
+        # The encoder's joined names serve both the marker count and the encoding (one join).
+        joined = self._sparse.join_names(features) if self._sparse is not None else None
+        named_features = features if named else []
+        if not _markers_balance(values, rows, keys, strings, named_features, joined_names=joined):
             return _marker_verdict(values, rows, named)
-        X = self._encode_rows(features)
+        X = self._encode_rows(features, joined)
         if X is None:
             return [self._encode_rows([row]) is not None for row in features]
         event_ids: list[str | None] = (
@@ -422,10 +425,14 @@ class EventDecoder:
                 return None
         return [type(f) is dict and set(map(type, f.values())) <= _NUMBER_TYPES for f in features]
 
-    def _encode_rows(self, features: list[Any]) -> Matrix | None:
+    def _encode_rows(self, features: list[Any], joined_names: bytes | None = None) -> Matrix | None:
+        """The rows' vectors, or ``None`` when one is refused (``joined_names``: the sparse
+        encoder's :meth:`~learning.encoders.SparseEncoder.join_names` of ``features``)."""
         if self._sparse is not None:
             try:
-                return self._sparse.encode_sparse_batch(features, grow=self._grow)
+                return self._sparse.encode_sparse_batch(
+                    features, grow=self._grow, joined_names=joined_names
+                )
             except (FeatureError, TypeError, ValueError, OverflowError):
                 return None
         if self._dense_features is None:

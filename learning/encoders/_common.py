@@ -93,8 +93,15 @@ class SparseEncoder(Encoder, Protocol):
         """(columns, values) of x̃ for one event, columns strictly increasing, bias first."""
         ...
 
-    def encode_sparse_batch(self, rows: Sequence[Any], *, grow: bool = False) -> CSRBatch:
-        """x̃ for many events as a :class:`~learning.sparse.CSRBatch`."""
+    def encode_sparse_batch(
+        self, rows: Sequence[Any], *, grow: bool = False, joined_names: bytes | None = None
+    ) -> CSRBatch:
+        """x̃ for many events as a :class:`~learning.sparse.CSRBatch` (``joined_names``: what
+        :meth:`join_names` gave for these rows, so they are not joined again)."""
+        ...
+
+    def join_names(self, rows: Sequence[Mapping[Any, Any]]) -> bytes | None:
+        """The names of ``rows`` as the batch path hashes them in one piece, or ``None``."""
         ...
 
 
@@ -332,11 +339,23 @@ class ObjectEncoder(EncoderBase):
         """Columns of ``names`` (and which take a minus sign), or ``None``: use the row path."""
         raise NotImplementedError
 
+    def join_names(self, rows: Sequence[Mapping[Any, Any]]) -> bytes | None:
+        """Every name of ``rows`` (mappings), in order, as the one UTF-8 string its batch path
+        hashes (murmur3 hashing: the names joined by a NUL byte); ``None`` when the encoder
+        takes no such string (every other encoder) or a name is not a str of valid Unicode.
+
+        A caller that reads these bytes too (the consumer's decoder counts JSON marker bytes
+        on them) passes them back to :meth:`encode_sparse_batch` as ``joined_names``, so a
+        batch's names are joined once.
+        """
+        return None
+
     def _compiled_batch(
-        self, names: list[Any], values: NDArray[np.float64], lengths: list[int]
+        self, joined: bytes, values: NDArray[np.float64], lengths: list[int]
     ) -> CSRBatch | None:
-        """The batch built by one compiled call (checked values, ``lengths`` names per event),
-        or ``None``: the bulk path's columns then. None here; hashing builds its rows."""
+        """The batch built by one compiled call from :meth:`join_names`'s bytes (checked
+        values, ``lengths`` names per event), or ``None``: the bulk path's columns then. None
+        here; hashing builds its rows."""
         return None
 
     def encode_sparse(self, features: Any, *, grow: bool = False) -> SparseRow:
@@ -366,11 +385,17 @@ class ObjectEncoder(EncoderBase):
             indices, data = indices[order], data[order]
         return indices, data
 
-    def encode_sparse_batch(self, rows: Sequence[Any], *, grow: bool = False) -> CSRBatch:
+    def encode_sparse_batch(
+        self, rows: Sequence[Any], *, grow: bool = False, joined_names: bytes | None = None
+    ) -> CSRBatch:
         """x̃ for many events as CSR, never a dense row; ``to_dense()`` equals
         :meth:`encode_batch` bit for bit. A bad row raises its :class:`FeatureError` with
-        ``index`` set (with ``grow=True`` a vocabulary keeps what the rows before it taught)."""
-        fast = self._bulk_batch(rows, grow)
+        ``index`` set (with ``grow=True`` a vocabulary keeps what the rows before it taught).
+
+        ``joined_names``: :meth:`join_names` of these very ``rows`` when the caller holds it
+        already (taken as given, not recomputed); ``None``: joined here when needed.
+        """
+        fast = self._bulk_batch(rows, grow, joined_names)
         if fast is not None:
             return fast
         encoded: list[SparseRow] = []
@@ -381,7 +406,9 @@ class ObjectEncoder(EncoderBase):
                 raise error.at_index(i) from None
         return CSRBatch.from_rows(encoded, self.dimension)
 
-    def _bulk_batch(self, rows: Sequence[Any], grow: bool) -> CSRBatch | None:
+    def _bulk_batch(
+        self, rows: Sequence[Any], grow: bool, joined_names: bytes | None
+    ) -> CSRBatch | None:
         """The whole batch in a few C-level passes when every row is a plain dict of plain
         numbers whose names need no per-row decision; ``None`` otherwise (the row path)."""
         if type(rows) is not list or not rows or set(map(type, rows)) != {dict}:
@@ -398,10 +425,12 @@ class ObjectEncoder(EncoderBase):
             return None
         if not (np.abs(values) <= MAX_ABS_FEATURE).all():
             return None
+        joined = self.join_names(rows) if joined_names is None else joined_names
+        if joined is not None:
+            compiled = self._compiled_batch(joined, values, lengths)
+            if compiled is not None:
+                return compiled
         names = list(chain.from_iterable(rows))
-        compiled = self._compiled_batch(names, values, lengths)
-        if compiled is not None:
-            return compiled
         found = self._batch_columns(names, grow)
         if found is None:
             return None

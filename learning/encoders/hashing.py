@@ -31,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
+from itertools import chain
 from typing import Any, Literal
 
 import mmh3
@@ -188,20 +189,35 @@ class HashingEncoder(ObjectEncoder):
         buckets[hashes == INT32_MIN] = murmur_bucket(INT32_MIN, self.n_buckets)
         return buckets + self.offset, hashes < 0
 
-    def _compiled_batch(
-        self, names: list[Any], values: NDArray[np.float64], lengths: list[int]
-    ) -> CSRBatch | None:
-        """murmur3 rows of a whole batch in one compiled call (:func:`._murmur.hashed_batch`),
-        each bit for bit :meth:`encode_sparse`'s; ``None`` when a name is not a valid str (the
-        join also checks that) or the compiled path cannot vouch for a row."""
+    def join_names(self, rows: Sequence[Mapping[Any, Any]]) -> bytes | None:
+        """Every name of ``rows`` (mappings), in order, joined by :data:`NAME_SEPARATOR` as
+        UTF-8: the string the murmur3 batch path hashes (see :meth:`ObjectEncoder.join_names`);
+        ``None`` for BLAKE2b or when a name is not a str of valid Unicode (the join checks both).
+
+        Examples
+        --------
+        >>> HashingEncoder(4).join_names([{"a": 1.0, "é": 2.0}, {"b": 3.0}])
+        b'a\\x00\\xc3\\xa9\\x00b'
+        >>> HashingEncoder(4).join_names([{1: 1.0}]) is None
+        True
+        """
         if self.hash != "murmur3":
             return None
         try:
-            joined = NAME_SEPARATOR.join(names).encode("utf-8")
+            return NAME_SEPARATOR.join(chain.from_iterable(rows)).encode("utf-8")
         except (TypeError, UnicodeEncodeError):
             return None
+
+    def _compiled_batch(
+        self, joined: bytes, values: NDArray[np.float64], lengths: list[int]
+    ) -> CSRBatch | None:
+        """murmur3 rows of a whole batch in one compiled call (:func:`._murmur.hashed_batch`)
+        from :meth:`join_names`'s bytes, each bit for bit :meth:`encode_sparse`'s; ``None`` when
+        the compiled path cannot vouch for a row."""
+        if self.hash != "murmur3":
+            return None
         rows = len(lengths)
-        capacity = len(names) + rows * self.offset
+        capacity = values.shape[0] + rows * self.offset
         indptr = np.empty(rows + 1, dtype=np.int64)
         columns = np.empty(capacity, dtype=np.int64)
         data = np.empty(capacity)

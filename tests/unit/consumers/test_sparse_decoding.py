@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumers.decoding._csr import stack, take
+from consumers.decoding.bulk import _expected_markers
 from consumers.decoding.events import REASON_CODES, DecodedBatch, EventDecoder, Record
 from learning import CSRBatch, HashingEncoder, LabelMap, SchemaEncoder, VocabularyEncoder
 from learning.encoders import SparseEncoder
@@ -221,3 +222,52 @@ def test_no_dense_row_is_built_even_at_2_to_the_24_buckets() -> None:
     finally:
         tracemalloc.stop()
     assert dense_peak >= dense_row_bytes
+
+
+NAME_TEXT = st.text(st.characters(exclude_categories=("Cs",)))  # str of valid Unicode
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.dictionaries(
+            st.one_of(st.sampled_from(['"', "u", "l", "\\", "\x00", "é", "日本"]), NAME_TEXT),
+            st.just(1),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_the_joined_names_hold_the_marker_bytes_of_the_names(rows: list[dict[str, int]]) -> None:
+    # Markers are ASCII, multi-byte UTF-8 holds no ASCII byte and the separator is no marker.
+    joined = HashingEncoder(4).join_names(rows)
+    assert joined is not None
+    assert _expected_markers(0, 0, [], rows, joined) == _expected_markers(0, 0, [], rows)
+    names = [name for row in rows for name in row]
+    if len(names) > 1:  # control: a separator that were a marker would change the count
+        with_marker = "u".join(names).encode()
+        assert _expected_markers(0, 0, [], rows, with_marker) != _expected_markers(0, 0, [], rows)
+
+
+def test_the_decoder_joins_a_batchs_names_once_for_both_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    join_names = HashingEncoder.join_names
+
+    def counted(self: HashingEncoder, rows: Any) -> bytes | None:
+        calls.append(len(rows))
+        return join_names(self, rows)
+
+    monkeypatch.setattr(HashingEncoder, "join_names", counted)
+    values = [_event('{"a": 1, "é": 2}'), _event('{"w\\u0069de": 1}'), _event('{"b": 1}')]
+    values += [_event('{"a": 1, "a": 2}'), _event('{"日本": 3}')]
+    batch = EventDecoder(HashingEncoder(4), LABELS).decode_batch(records(values))
+    dense = EventDecoder(DenseView(HashingEncoder(4)), LABELS).decode_batch(records(values))  # type: ignore[arg-type]
+    _same(batch, dense)
+    assert [r.reason for r in batch.rejections] == ["duplicate_key"]
+    # One join per bulk round: all five rows, then the three left once the marker count
+    # singled out the escaped and the duplicated records (the dense view joins nothing).
+    assert calls == [5, 3]

@@ -296,8 +296,35 @@ def test_murmur3_batches_built_in_one_compiled_call_equal_their_rows(
     assert batch.values.tobytes() == stacked.values.tobytes()
     names = [name for row in rows for name in row]
     values = np.array([float(value) for row in rows for value in row.values()])
-    compiled = encoder._compiled_batch(names, values, [len(row) for row in rows])
+    joined = encoder.join_names(rows)
+    assert joined is not None
+    compiled = encoder._compiled_batch(joined, values, [len(row) for row in rows])
     with_nul = any("\x00" in name for name in names)
     assert (compiled is None) == with_nul  # control: the compiled path built the plain batches
     if compiled is not None:
         assert compiled.values.tobytes() == batch.values.tobytes()
+
+
+def test_join_names_is_the_string_the_murmur3_batch_path_hashes() -> None:
+    rows = [{"a": 1.0, "é": 2.0}, {"\x00": 1.0, "日本語": -1.0}]
+    encoder = HashingEncoder(8)
+    assert encoder.join_names(rows) == "\x00".join(["a", "é", "\x00", "日本語"]).encode()
+    assert encoder.join_names(rows) != "".join(["a", "é", "\x00", "日本語"]).encode()  # control
+    for other in (HashingEncoder(8, hash="blake2b"), SchemaEncoder(NAMES), VocabularyEncoder()):
+        assert other.join_names(rows) is None
+    assert encoder.join_names([{"a": 1.0}, {1: 1.0}]) is None  # not a str
+    assert encoder.join_names([{"\ud800": 1.0}]) is None  # not valid Unicode
+
+
+def test_a_batch_is_built_from_the_joined_names_it_is_given() -> None:
+    encoder = HashingEncoder(8)
+    rows = [{"a": 1.0, "b": 2.0}, {"c": 3.0}]
+    plain = encoder.encode_sparse_batch(rows)
+    given = encoder.encode_sparse_batch(rows, joined_names=encoder.join_names(rows))
+    assert given.indptr.tolist() == plain.indptr.tolist()
+    assert given.indices.tolist() == plain.indices.tolist()
+    assert given.values.tobytes() == plain.values.tobytes()
+    # Control: the bytes given are hashed as they are, not joined again from the rows.
+    others = encoder.join_names([{"x": 1.0, "y": 2.0}, {"z": 3.0}])
+    other = encoder.encode_sparse_batch(rows, joined_names=others)
+    assert other.indices.tolist() != plain.indices.tolist()
