@@ -65,7 +65,9 @@ def test_the_sparse_bars_are_the_benchmark_bars() -> None:
     sparse_rows = bar_rows(raw_section(SECTION))
     expected = {
         "`learner_sparse_b18_vs_river`": f"{sparse_bench.PER_EVENT_BAR:g}x",
+        "`learner_sparse_b10_vs_river`": f"{sparse_bench.PER_EVENT_BAR:g}x",
         "`learner_sparse_batch_b18_vs_river`": f"{sparse_bench.BATCH_BAR:g}x",
+        "`learner_sparse_batch_b10_vs_river`": f"{sparse_bench.BATCH_BAR:g}x",
         "`pipeline_sparse_b18_vs_decode`": f"{sparse_bench.PIPELINE_BAR:g}x",
         "`pipeline_sparse_b10_vs_decode`": f"{sparse_bench.PIPELINE_BAR:g}x",
         "`pipeline_sparse_b18_peak_rss`": f"{sparse_bench.MEMORY_BAR:g}x (below it)",
