@@ -143,14 +143,15 @@ class RunnerSettings:
         """The consumer group."""
         return str(self.consumer_config["group_id"])
 
-    def kafka_consumer_config(self) -> dict[str, Any]:
+    def kafka_consumer_config(self, *, transactional: bool = False) -> dict[str, Any]:
         """The ``KafkaConsumer`` keyword arguments the runner uses.
 
         The consumer never asks the broker to create the topic it subscribes to (unless
         ``consumer_config`` says otherwise): a missing topic is an operator's error to report.
-        In exactly-once mode it reads ``read_committed``, as Kafka Streams' exactly-once
-        processing does: a record of an upstream transaction that aborts is never learned, and
-        one of a transaction still open is read once it commits.
+        In exactly-once mode (``transactions`` set, or ``transactional``: a caller whose every
+        output is a transaction, as mixing mode) it reads ``read_committed``, as Kafka Streams'
+        exactly-once processing does: a record of an upstream transaction that aborts is never
+        learned, and one of a transaction still open is read once it commits.
         """
         config = {
             "bootstrap_timeout_ms": DEFAULT_BOOTSTRAP_TIMEOUT_MS,
@@ -159,7 +160,7 @@ class RunnerSettings:
             "enable_auto_commit": False,
             "auto_offset_reset": self.auto_offset_reset,
         }
-        if self.transactions is not None:
+        if transactional or self.transactions is not None:
             config["isolation_level"] = READ_COMMITTED
         return config
 

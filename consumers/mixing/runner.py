@@ -289,9 +289,7 @@ class MixingRunner(WorkerHealth, ShardRounds):
         if not self._learns:
             return
         # Every round is a transaction, so events are read as exactly-once mode reads them.
-        events_config = self._settings.kafka_consumer_config()
-        events_config["isolation_level"] = READ_COMMITTED
-        consumer = self._build_consumer(events_config)
+        consumer = self._build_consumer(self._settings.kafka_consumer_config(transactional=True))
         consumer.partitions_for_topic(self._settings.topic)
         consumer.subscribe([self._settings.topic], listener=_Listener(self))
         self._consumer = consumer
