@@ -2,8 +2,9 @@
 
 ``python -m bench.sparse_memory EVENTS BITS`` builds the service's model from the default
 settings with ``encoding = "hashing"`` and ``hashing_bits = BITS``, feeds it ``EVENTS`` events of
-:class:`bench.sparse_stream.WordStream` one poll batch at a time (generated batch by batch, as
-a consumer holds one poll at a time), takes a checkpoint
+:class:`bench.sparse_stream.WordStream` one poll batch at a time (generated batch by batch and
+held as record values only, as a consumer holds its poll: :meth:`WordStream.record_chunks`), takes
+a checkpoint
 (:meth:`consumers.engine.Engine.checkpoint_bytes`, what the service writes) and prints one JSON
 object:
 
@@ -62,8 +63,8 @@ def measure(events: int, bits: int) -> dict[str, Any]:
     stream = WordStream()
     stages = [peak_rss()]
     offset = 0
-    for rows, signs in stream.chunks(events, settings.kafka.max_poll_records):
-        batch = consumer_records(stream.records(rows, signs), first_offset=offset)
+    for values in stream.record_chunks(events, settings.kafka.max_poll_records):
+        batch = consumer_records(values, first_offset=offset)
         offset += len(batch)
         pipeline.consume([batch])
         if len(stages) == 1:

@@ -8,8 +8,8 @@ standard normal weight to a random ``TEACHER_FRACTION`` of the vocabulary and 0 
 label is +1 when the teacher's score (the sum of the drawn words' weights) is positive, else -1,
 and a fraction ``LABEL_NOISE`` of the labels is flipped, so learning never stops.
 
-Events are generated chunk by chunk (:meth:`WordStream.chunks`), so a process measuring its own
-memory holds one poll batch of them at a time, as the consumer does.
+Events are generated chunk by chunk (:meth:`WordStream.chunks`, :meth:`WordStream.record_chunks`),
+so a process measuring its own memory holds one poll batch of them at a time, as the consumer does.
 
 >>> rows, signs = WordStream(seed=1).events(3)
 >>> [sum(row.values()) for row in rows], sorted(set(signs.tolist()) | {1.0})
@@ -68,11 +68,25 @@ class WordStream:
         for start in range(0, count, size):
             yield self.events(min(size, count - start))
 
+    def record_chunks(self, count: int, size: int) -> Iterator[list[bytes]]:
+        """The record values of ``count`` events in chunks of at most ``size``.
+
+        Only the values outlive a chunk (the bags of words they are encoded from do not), as a
+        consumer holds only the record values of its poll.
+        """
+        for start in range(0, count, size):
+            yield self.records(*self.events(min(size, count - start)))
+
     def records(self, rows: Rows, signs: NDArray[np.float64]) -> list[bytes]:
-        """The events as the JSON record values a producer sends (with an ``id`` each)."""
+        """The events as the JSON record values a producer sends (with an ``id`` each).
+
+        Each value holds exactly its bytes, as kafka-python's fetcher hands values out
+        (``bytes`` of a slice of the fetched buffer): ``orjson.dumps`` returns a ``bytes`` that
+        keeps its whole write buffer (KiBs for a value of a few hundred bytes).
+        """
         values = []
         for row, sign in zip(rows, signs.tolist(), strict=True):
             event = {"id": f"{ID_PREFIX}{self._produced}", "features": row, "label": int(sign)}
-            values.append(orjson.dumps(event))
+            values.append(bytes(memoryview(orjson.dumps(event))))
             self._produced += 1
         return values
