@@ -24,6 +24,7 @@ own invariants, and raises :class:`~learning.errors.StateError` on any mismatch.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import math
@@ -150,17 +151,16 @@ def _learner_from(meta: Mapping[str, Any], arrays: Mapping[str, NDArray[Any]]) -
 
 def _manifest(
     groups: Mapping[str, Mapping[str, NDArray[Any]]],
-) -> tuple[list[dict[str, Any]], list[bytes]]:
+) -> tuple[list[dict[str, Any]], list[NDArray[Any]]]:
+    """The manifest of ``groups``' arrays and the arrays as stored (C order, little-endian)."""
     manifest: list[dict[str, Any]] = []
-    chunks: list[bytes] = []
+    stored: list[NDArray[Any]] = []
     offset = 0
     for group, arrays in groups.items():
         for name, array in arrays.items():
             data = np.ascontiguousarray(array)
             dtype = data.dtype.newbyteorder("<") if data.dtype.byteorder == ">" else data.dtype
             data = data.astype(dtype, copy=False)
-            raw = data.tobytes()
-            padding = (-len(raw)) % ALIGNMENT
             manifest.append(
                 {
                     "group": group,
@@ -168,12 +168,17 @@ def _manifest(
                     "dtype": data.dtype.str,
                     "shape": list(data.shape),
                     "offset": offset,
-                    "nbytes": len(raw),
+                    "nbytes": data.nbytes,
                 }
             )
-            chunks.append(raw + b"\0" * padding)
-            offset += len(raw) + padding
-    return manifest, chunks
+            stored.append(data)
+            offset += data.nbytes + _padding(data.nbytes)
+    return manifest, stored
+
+
+def _padding(nbytes: int) -> int:
+    """Zero bytes after an array of ``nbytes``: the next one starts at a multiple of ALIGNMENT."""
+    return (-nbytes) % ALIGNMENT
 
 
 def dump_state(
@@ -209,7 +214,7 @@ def dump_state(
         tracker_meta, tracker_arrays = tracker.to_state()
         tracker_meta = _json_safe(tracker_meta, "tracker")
         groups["tracker"] = tracker_arrays
-    manifest, chunks = _manifest(groups)
+    manifest, arrays = _manifest(groups)
     header = {
         "format": "novikoff-state",
         "version": FORMAT_VERSION,
@@ -219,8 +224,18 @@ def dump_state(
         "arrays": manifest,
     }
     header_bytes = json.dumps(header, allow_nan=False, separators=(",", ":")).encode("utf-8")
-    body = PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header_bytes)) + header_bytes + b"".join(chunks)
-    return body + hashlib.sha256(body).digest()
+    # The blob is written once, into one buffer: a checkpoint holds the model's arrays and one
+    # copy of their bytes at a time (BytesIO.getvalue hands its buffer over without copying).
+    blob = io.BytesIO()
+    blob.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(header_bytes)))
+    blob.write(header_bytes)
+    for array in arrays:
+        blob.write(array.data)
+        blob.write(bytes(_padding(array.nbytes)))
+    with blob.getbuffer() as body:
+        digest = hashlib.sha256(body).digest()
+    blob.write(digest)
+    return blob.getvalue()
 
 
 def _verified_header(blob: bytes) -> tuple[dict[str, Any], memoryview]:

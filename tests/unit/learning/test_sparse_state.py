@@ -3,6 +3,8 @@ dimension, and a sparse-learned model continues bit-identically after a round tr
 
 from __future__ import annotations
 
+import hashlib
+import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
@@ -25,6 +27,12 @@ from learning.sparse import CSRBatch
 SIGNS = LabelMap({1: 1, -1: -1})
 WORDS_PER_EVENT = 20
 VOCABULARY = 5_000
+SAVED_EVENTS = 2_000
+SAVED_BITS = 14
+BLOB_COPIES = 1.25
+"""Copies of the blob a save may hold at once: one, and the eighth io.BytesIO grows it by."""
+SAVE_SLACK = 8 * 1024
+"""Bytes a save may take beyond its arrays and the blob: the header and small temporaries."""
 
 
 def hashed_stream(n: int, bits: int, seed: int) -> tuple[CSRBatch, np.ndarray]:
@@ -92,6 +100,38 @@ def test_state_size_grows_with_updates_not_with_the_dimension() -> None:
     small_X, small_y = hashed_stream(2_000, 12, 5)
     small.learn_batch(small_X, small_y)
     assert len(dump_state(small)) < sizes[-1][1] * 2
+
+
+def _peak_bytes(action: Callable[[], bytes]) -> tuple[int, bytes]:
+    """The most memory ``action`` held at once (tracemalloc), and its result."""
+    tracemalloc.start()
+    try:
+        result = action()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, result
+
+
+def test_saving_holds_the_arrays_and_one_copy_of_their_bytes() -> None:
+    X, y = hashed_stream(SAVED_EVENTS, SAVED_BITS, 5)
+    model = binary(SAVED_BITS)
+    model.learn_batch(X, y)
+    arrays = model._state.sparse_arrays()
+    stored = sum(array.nbytes for array in arrays.values())
+    peak, blob = _peak_bytes(lambda: dump_state(model))
+    bound = stored + BLOB_COPIES * len(blob) + SAVE_SLACK
+    assert stored > 8 * SAVE_SLACK  # the bound is about the arrays, not the slack
+    assert peak <= bound, (peak, stored, len(blob))
+
+    # Control: the same bytes assembled by concatenation (a copy per step) go past the bound.
+    def concatenated() -> bytes:
+        chunks = [array.tobytes() for array in model._state.sparse_arrays().values()]
+        body = b"NOVIKOFF" + b"".join(chunks)
+        return body + hashlib.sha256(body).digest()
+
+    peak, _ = _peak_bytes(concatenated)
+    assert peak > bound, (peak, stored, len(blob))
 
 
 def corrupted(
