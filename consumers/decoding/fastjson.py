@@ -18,13 +18,17 @@ Escalated
     infinite, trailing bytes, and so on.
 
 Kernels for other compiled readers
-    The service's ``POST /predict`` body reader builds on the same kernels, so it converts
+    The service's ``POST /predict`` body reader and the hashed-event reader
+    (:mod:`consumers.decoding.fastsparse`) build on the same kernels, so they convert
     numbers and recognises tokens exactly as the decoder does. Each reads a ``uint8`` array
     ``data`` between ``position`` and ``end`` and answers ``-1`` where it cannot decide (the
     caller then takes its general path): :func:`skip_space`, :func:`plain_string_end`,
     :func:`matches`, :func:`parse_number` (a JSON number, bit-identical to ``float()`` and
     orjson) and :func:`read_number_array` (an array of an exact number of bounded numbers, into a
     row of a matrix); the last two take the ``(high, low)`` tables of :func:`powers_of_five`.
+    An event's members are read by :func:`member_key` (a known key, once: codes ``KEY_*``, one
+    bit each, :data:`REQUIRED_KEYS` the required ones), :func:`scalar_member` (a ``label``,
+    ``id`` or ``ts`` value) and :func:`member_end`; :func:`event_id_reader` decodes the ids found.
     Call them from code compiled with :func:`learning.jit.jit_no_runtime`. The structural bytes
     of the grammar are :data:`QUOTE`, :data:`COMMA`, :data:`COLON`, :data:`OPEN_BRACE`,
     :data:`CLOSE_BRACE`, :data:`OPEN_BRACKET` and :data:`CLOSE_BRACKET`.
