@@ -9,6 +9,8 @@
 * :mod:`~consumers.decoding.bulk` — the whole-batch checks of the orjson tier;
 * :mod:`~consumers.decoding.fastjson` — the compiled tier (dense events), and the numba JSON
   kernels other exact-or-silent readers (the service's ``POST /predict`` body) build on;
+* :mod:`~consumers.decoding.fastsparse` — the compiled tier of murmur3 hashing models (bags of
+  words straight to CSR rows);
 * :mod:`~consumers.decoding.scan` — byte scans (marker counts, nesting depth);
 * :mod:`~consumers.decoding.timestamps` — the ``ts`` field's checks;
 * ``_csr`` — CSR batch assembly for object-valued features.

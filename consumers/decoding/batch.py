@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import groupby
 from typing import Any, Protocol, runtime_checkable
 
@@ -13,7 +14,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from consumers.decoding._csr import stack, take
-from consumers.decoding.wire import _get_offset, _get_partition_key
+from consumers.decoding.fastjson import DenseParse, LabelTable, parse_dense
+from consumers.decoding.fastsparse import MAX_KEY_SPAN, HashedParse, parse_hashed
+from consumers.decoding.labels import LabelLookup
+from consumers.decoding.wire import MAX_ID_LENGTH, _get_offset, _get_partition_key
+from learning.encoders import MAX_ABS_FEATURE, DenseEncoder, Encoder, HashingEncoder
 from learning.sparse import CSRBatch
 
 logger = logging.getLogger(__name__)
@@ -266,8 +271,64 @@ def stack_rows(parts: Sequence[Matrix], width: int = 0) -> Matrix:
 
 @dataclass
 class _Compiled:
+    """The rows a compiled reader accepted, and the records it escalated (by position)."""
+
     rows: _Rows
     escalated: list[int]
+
+    @classmethod
+    def of(cls, parsed: DenseParse | HashedParse, targets: NDArray[Any]) -> _Compiled:
+        """The outcome of a compiled reader (``targets``: its label table's)."""
+        count = parsed.slots.shape[0]
+        if parsed.accepted == count:
+            everything = np.arange(count, dtype=np.int64)
+            rows = _Rows(
+                everything,
+                parsed.rows(None),
+                targets[parsed.slots],
+                parsed.event_ids(everything),
+            )
+            return cls(rows, [])
+        accepted = parsed.slots >= 0
+        index = np.flatnonzero(accepted)
+        rows = _Rows(
+            index,
+            parsed.rows(accepted),
+            targets[parsed.slots[accepted]],
+            parsed.event_ids(index),
+        )
+        return cls(rows, np.flatnonzero(~accepted).tolist())
+
+
+def compiled_reader(
+    encoder: Encoder, lookup: LabelLookup
+) -> Callable[[list[bytes]], _Compiled] | None:
+    """The compiled tier of a model: the dense reader for a :class:`~learning.DenseEncoder`, the
+    hashed-event reader for murmur3 hashing, else ``None``. It raises ``TypeError`` for a value
+    that is not bytes."""
+    labels = LabelTable(lookup.pairs(), lookup.dtype)
+    reader: Callable[[list[bytes]], DenseParse | HashedParse]
+    if isinstance(encoder, DenseEncoder):
+        reader = partial(parse_dense, n_features=encoder.n_features, bias=encoder.bias)
+    elif (
+        isinstance(encoder, HashingEncoder)
+        and encoder.hash == "murmur3"
+        and encoder.max_features_per_event < MAX_KEY_SPAN
+    ):
+        reader = partial(
+            parse_hashed,
+            n_bits=encoder.n_bits,
+            bias=encoder.bias,
+            max_features=encoder.max_features_per_event,
+        )
+    else:
+        return None
+
+    def read(values: list[bytes]) -> _Compiled:
+        parsed = reader(values, labels=labels, max_id_length=MAX_ID_LENGTH, max_abs=MAX_ABS_FEATURE)
+        return _Compiled.of(parsed, labels.targets)
+
+    return read
 
 
 def _spans(

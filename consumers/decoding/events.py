@@ -28,12 +28,16 @@ a readable message and the record's original coordinates, key, headers and value
 
 Speed
 -----
-:meth:`EventDecoder.decode_batch` decodes every value with orjson, then checks the whole batch at
-once: a handful of C-level passes over the decoded lists, one numpy conversion of all feature
-vectors, and one SWAR byte count (see :mod:`consumers.decoding.scan`) that proves no record holds a
-duplicate key, a boolean, a null, a stray string or an escape. Only the records that fail a bulk
-check are diagnosed one by one, by the exact slow path :meth:`EventDecoder.inspect`; the fast path
-accepts a subset of what the slow path accepts, with bit-identical vectors.
+:meth:`EventDecoder.decode_batch` first reads the batch with a compiled reader, for dense models
+(:mod:`consumers.decoding.fastjson`) and murmur3 hashing models
+(:mod:`consumers.decoding.fastsparse`): one numba pass over the joined bytes, no Python object per
+event. What it cannot vouch for, it escalates. The rest is decoded with orjson, then checked as a
+whole batch at once: a handful of C-level passes over the decoded lists, one numpy conversion of
+all feature vectors, and one SWAR byte count (see :mod:`consumers.decoding.scan`) that proves no
+record holds a duplicate key, a boolean, a null, a stray string or an escape. Only the records
+that fail a bulk check are diagnosed one by one, by the exact slow path
+:meth:`EventDecoder.inspect`; each faster tier accepts a subset of what the slow path accepts, with
+bit-identical vectors.
 
 Object-valued features (schema, vocabulary, hashing encoders) decode straight to a
 :class:`~learning.sparse.CSRBatch` in every tier, never through a dense row; dense arrays stay a
@@ -66,6 +70,7 @@ from consumers.decoding.batch import (
     _rejection,
     _Rows,
     _spans,
+    compiled_reader,
     stack_rows,
 )
 from consumers.decoding.bulk import (
@@ -79,7 +84,6 @@ from consumers.decoding.bulk import (
     _strings,
     _with_required_fields,
 )
-from consumers.decoding.fastjson import LabelTable, parse_dense
 from consumers.decoding.labels import LabelLookup
 from consumers.decoding.precise import (
     _check_id,
@@ -196,8 +200,9 @@ class EventDecoder:
     """
 
     compiled_tier: ClassVar[bool] = True
-    """Whether dense models try the compiled reader first (off: orjson and precise tiers only,
-    the same verdicts; ``BENCH_JSON_READER=off python -m bench`` measures that)."""
+    """Whether dense and murmur3 hashing models try their compiled reader first (off: orjson and
+    precise tiers only, the same verdicts; ``BENCH_JSON_READER=off python -m bench`` measures
+    that)."""
 
     def __init__(
         self,
@@ -215,9 +220,7 @@ class EventDecoder:
         self._grow = grow
         self._sparse = as_sparse(encoder)
         self._dense_features = encoder.n_features if isinstance(encoder, DenseEncoder) else None
-        self._compiled_labels = (
-            LabelTable(labels.pairs(), labels.dtype) if self._dense_features is not None else None
-        )
+        self._compiled = compiled_reader(encoder, labels)
 
     @property
     def encoder(self) -> Encoder:
@@ -277,8 +280,9 @@ class EventDecoder:
         """Decode and validate ``records``; valid rows keep the records' order.
 
         Never raises for bad input: every record ends up either as a row of ``X`` or as a
-        :class:`Rejection`. Three tiers, each exact: the compiled parser (dense models), then
-        orjson with bulk checks, then the precise per-record diagnosis for what is left.
+        :class:`Rejection`. Three tiers, each exact: a compiled reader (dense and murmur3
+        hashing models), then orjson with bulk checks, then the precise per-record diagnosis
+        for what is left.
         """
         try:
             return self._decode_tiers(records)
@@ -292,7 +296,7 @@ class EventDecoder:
         values: list[Any] = list(map(_get_value, records))
         tiers: list[_Rows] = []
         pending: list[int] | None = None
-        if self._compiled_labels is not None and self.compiled_tier:
+        if self._compiled is not None and self.compiled_tier:
             compiled = self._decode_compiled(values)
             if compiled is not None:
                 tiers.append(compiled.rows)
@@ -318,36 +322,11 @@ class EventDecoder:
         return self._assemble(records, tiers, suspect_list)
 
     def _decode_compiled(self, values: list[Any]) -> _Compiled | None:
-        labels = self._compiled_labels
-        assert labels is not None and self._dense_features is not None
+        assert self._compiled is not None
         try:
-            parsed = parse_dense(
-                values,
-                n_features=self._dense_features,
-                bias=self._encoder.bias,
-                labels=labels,
-                max_id_length=MAX_ID_LENGTH,
-                max_abs=MAX_ABS_FEATURE,
-            )
-        except TypeError:
+            return self._compiled(values)
+        except TypeError:  # a value that is not bytes: the other tiers decide
             return None
-        if parsed.accepted == len(values):
-            everything = np.arange(len(values), dtype=np.int64)
-            return _Compiled(
-                _Rows(
-                    everything, parsed.X, labels.targets[parsed.slots], parsed.event_ids(everything)
-                ),
-                [],
-            )
-        accepted = parsed.slots >= 0
-        index = np.flatnonzero(accepted)
-        rows = _Rows(
-            index,
-            parsed.X[accepted],
-            labels.targets[parsed.slots[accepted]],
-            parsed.event_ids(index),
-        )
-        return _Compiled(rows, np.flatnonzero(~accepted).tolist())
 
     def _bulk(
         self, index: list[int], rows: list[Any], values: list[Any], suspects: set[int]

@@ -18,13 +18,17 @@ Escalated
     infinite, trailing bytes, and so on.
 
 Kernels for other compiled readers
-    The service's ``POST /predict`` body reader builds on the same kernels, so it converts
+    The service's ``POST /predict`` body reader and the hashed-event reader
+    (:mod:`consumers.decoding.fastsparse`) build on the same kernels, so they convert
     numbers and recognises tokens exactly as the decoder does. Each reads a ``uint8`` array
     ``data`` between ``position`` and ``end`` and answers ``-1`` where it cannot decide (the
     caller then takes its general path): :func:`skip_space`, :func:`plain_string_end`,
     :func:`matches`, :func:`parse_number` (a JSON number, bit-identical to ``float()`` and
     orjson) and :func:`read_number_array` (an array of an exact number of bounded numbers, into a
     row of a matrix); the last two take the ``(high, low)`` tables of :func:`powers_of_five`.
+    An event's members are read by :func:`member_key` (a known key, once: codes ``KEY_*``, one
+    bit each, :data:`REQUIRED_KEYS` the required ones), :func:`scalar_member` (a ``label``,
+    ``id`` or ``ts`` value) and :func:`member_end`; :func:`event_id_reader` decodes the ids found.
     Call them from code compiled with :func:`learning.jit.jit_no_runtime`. The structural bytes
     of the grammar are :data:`QUOTE`, :data:`COMMA`, :data:`COLON`, :data:`OPEN_BRACE`,
     :data:`CLOSE_BRACE`, :data:`OPEN_BRACKET` and :data:`CLOSE_BRACKET`.
@@ -116,11 +120,12 @@ _LOWER_T = 0x74
 _UPPER_Z = 0x5A
 _LOWER_Z = 0x7A
 
-# Keys, as codes.
-_KEY_FEATURES = 0
-_KEY_LABEL = 1
-_KEY_ID = 2
-_KEY_TS = 3
+# Keys, as codes (a set of keys seen: one bit 1 << code each).
+KEY_FEATURES = 0
+KEY_LABEL = 1
+KEY_ID = 2
+KEY_TS = 3
+REQUIRED_KEYS = (1 << KEY_FEATURES) | (1 << KEY_LABEL)
 
 MIN_EPOCH_SECONDS = -62_167_219_200.0
 """0000-01-01T00:00:00Z: the earliest ``ts`` in epoch seconds."""
@@ -473,13 +478,13 @@ def matches(data: Any, start: int, stop: int, word: Any) -> bool:  # pragma: no 
 @jit_no_runtime
 def _key_code(data: Any, start: int, stop: int) -> int:  # pragma: no cover - compiled
     if matches(data, start, stop, _FEATURES_KEY):
-        return _KEY_FEATURES
+        return KEY_FEATURES
     if matches(data, start, stop, _LABEL_KEY):
-        return _KEY_LABEL
+        return KEY_LABEL
     if stop - start == 2 and data[start + 1] == ord("d") and data[start] == ord("i"):
-        return _KEY_ID
+        return KEY_ID
     if stop - start == 2 and data[start + 1] == ord("s") and data[start] == ord("t"):
-        return _KEY_TS
+        return KEY_TS
     return -1
 
 
@@ -606,6 +611,99 @@ def _integer_token_end(data: Any, position: int, end: int) -> int:  # pragma: no
 
 
 @jit_no_runtime
+def member_key(
+    data: Any, position: int, end: int, seen: int
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    """The key of the object member at ``position`` (white space allowed around it and the
+    colon): (where its value starts, its code, ``seen`` with the key's bit set), or (-1, -1,
+    ``seen``) unless it is a known key whose bit (1 << code) is not yet in ``seen``."""
+    p = skip_space(data, position, end)
+    if p >= end or data[p] != QUOTE:
+        return -1, -1, seen
+    key_stop = plain_string_end(data, p + 1, end)
+    if key_stop < 0:
+        return -1, -1, seen
+    key = _key_code(data, p + 1, key_stop)
+    if key < 0 or seen & (1 << key):
+        return -1, -1, seen
+    p = skip_space(data, key_stop + 1, end)
+    if p >= end or data[p] != COLON:
+        return -1, -1, seen
+    p = skip_space(data, p + 1, end)
+    if p >= end:
+        return -1, -1, seen
+    return p, key, seen | (1 << key)
+
+
+@jit_no_runtime
+def scalar_member(  # noqa: PLR0917 - numba kernels take positional arrays
+    data: Any,
+    p: int,
+    end: int,
+    key: int,
+    max_id_length: int,
+    high: Any,
+    low: Any,
+    int_labels: Any,
+    text_bytes: Any,
+    text_starts: Any,
+    text_stops: Any,
+    days: Any,
+) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
+    """The value at ``p`` of a ``label``, ``id`` or ``ts`` member (``key``): (the position after
+    it, the label's slot, the id's start and stop), -1 for what the member does not give; the
+    position is -1 when the value is not one the compiled readers accept."""
+    if key == KEY_LABEL:
+        if data[p] == QUOTE:
+            stop = plain_string_end(data, p + 1, end)
+            if stop < 0:
+                return -1, -1, -1, -1
+            label = _label_slot(
+                data, p + 1, stop, True, int_labels, text_bytes, text_starts, text_stops
+            )
+            p = stop + 1
+        else:
+            stop = _integer_token_end(data, p, end)
+            if stop < 0:
+                return -1, -1, -1, -1
+            label = _label_slot(
+                data, p, stop, False, int_labels, text_bytes, text_starts, text_stops
+            )
+            p = stop
+        if label < 0:
+            return -1, -1, -1, -1
+        return p, label, -1, -1
+    if key == KEY_ID:
+        if data[p] != QUOTE:
+            return -1, -1, -1, -1
+        stop = plain_string_end(data, p + 1, end)
+        if stop < 0 or stop == p + 1 or stop - (p + 1) > max_id_length:
+            return -1, -1, -1, -1
+        return stop + 1, -1, p + 1, stop
+    if data[p] == QUOTE:
+        stop = plain_string_end(data, p + 1, end)
+        if stop < 0 or not rfc3339_valid(data, p + 1, stop, days):
+            return -1, -1, -1, -1
+        return stop + 1, -1, -1, -1
+    p, value, _ = parse_number(data, p, end, high, low)
+    if p < 0 or not (MIN_EPOCH_SECONDS <= value < MAX_EPOCH_SECONDS):
+        return -1, -1, -1, -1
+    return p, -1, -1, -1
+
+
+@jit_no_runtime
+def member_end(data: Any, p: int, end: int) -> tuple[int, bool]:  # pragma: no cover - compiled
+    """After a member's value: (the position after the comma, False) when another member
+    follows, (the position after the closing brace, True) at the object's end, else (-1, _)."""
+    p = skip_space(data, p, end)
+    if p < end and data[p] == COMMA:
+        return p + 1, False
+    if p < end and data[p] == CLOSE_BRACE:
+        return p + 1, True
+    return -1, True
+
+
+@jit_no_runtime
 def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     data: Any,
     start: int,
@@ -624,10 +722,7 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     days: Any,
 ) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """(label slot or -1 when escalated, id start, id stop) for one record."""
-    seen_features = False
-    seen_label = False
-    seen_id = False
-    seen_ts = False
+    seen = 0
     label = -1
     id_start = -1
     id_stop = -1
@@ -635,88 +730,28 @@ def _parse_record(  # noqa: PLR0917 - numba kernels take positional arrays
     if p >= end or data[p] != OPEN_BRACE:
         return -1, -1, -1
     p += 1
-    while True:
-        p = skip_space(data, p, end)
-        if p >= end or data[p] != QUOTE:
+    closed = False
+    while not closed:
+        p, key, seen = member_key(data, p, end, seen)
+        if p < 0:
             return -1, -1, -1
-        key_stop = plain_string_end(data, p + 1, end)
-        if key_stop < 0:
-            return -1, -1, -1
-        key = _key_code(data, p + 1, key_stop)
-        if key < 0:
-            return -1, -1, -1
-        if key == _KEY_FEATURES:
-            if seen_features:
-                return -1, -1, -1
-            seen_features = True
-        elif key == _KEY_LABEL:
-            if seen_label:
-                return -1, -1, -1
-            seen_label = True
-        elif key == _KEY_ID:
-            if seen_id:
-                return -1, -1, -1
-            seen_id = True
-        else:
-            if seen_ts:
-                return -1, -1, -1
-            seen_ts = True
-        p = skip_space(data, key_stop + 1, end)
-        if p >= end or data[p] != COLON:
-            return -1, -1, -1
-        p = skip_space(data, p + 1, end)
-        if p >= end:
-            return -1, -1, -1
-        if key == _KEY_FEATURES:
+        if key == KEY_FEATURES:
             p = read_number_array(data, p, end, row, offset, n_features, max_abs, high, low)
-            if p < 0:
-                return -1, -1, -1
-        elif key == _KEY_LABEL:
-            if data[p] == QUOTE:
-                stop = plain_string_end(data, p + 1, end)
-                if stop < 0:
-                    return -1, -1, -1
-                label = _label_slot(
-                    data, p + 1, stop, True, int_labels, text_bytes, text_starts, text_stops
-                )
-                p = stop + 1
-            else:
-                stop = _integer_token_end(data, p, end)
-                if stop < 0:
-                    return -1, -1, -1
-                label = _label_slot(
-                    data, p, stop, False, int_labels, text_bytes, text_starts, text_stops
-                )
-                p = stop
-            if label < 0:
-                return -1, -1, -1
-        elif key == _KEY_ID:
-            if data[p] != QUOTE:
-                return -1, -1, -1
-            stop = plain_string_end(data, p + 1, end)
-            if stop < 0 or stop == p + 1 or stop - (p + 1) > max_id_length:
-                return -1, -1, -1
-            id_start = p + 1
-            id_stop = stop
-            p = stop + 1
-        elif data[p] == QUOTE:
-            stop = plain_string_end(data, p + 1, end)
-            if stop < 0 or not rfc3339_valid(data, p + 1, stop, days):
-                return -1, -1, -1
-            p = stop + 1
         else:
-            p, value, _ = parse_number(data, p, end, high, low)
-            if p < 0 or not (MIN_EPOCH_SECONDS <= value < MAX_EPOCH_SECONDS):
-                return -1, -1, -1
-        p = skip_space(data, p, end)
-        if p < end and data[p] == COMMA:
-            p += 1
-            continue
-        if p < end and data[p] == CLOSE_BRACE:
-            p += 1
-            break
-        return -1, -1, -1
-    if skip_space(data, p, end) != end or not (seen_features and seen_label):
+            p, slot, first, last = scalar_member(
+                data, p, end, key, max_id_length, high, low,
+                int_labels, text_bytes, text_starts, text_stops, days,
+            )  # fmt: skip
+            if key == KEY_LABEL:
+                label = slot
+            elif key == KEY_ID:
+                id_start, id_stop = first, last
+        if p < 0:
+            return -1, -1, -1
+        p, closed = member_end(data, p, end)
+        if p < 0:
+            return -1, -1, -1
+    if skip_space(data, p, end) != end or seen & REQUIRED_KEYS != REQUIRED_KEYS:
         return -1, -1, -1
     return label, id_start, id_stop
 
@@ -797,19 +832,27 @@ class DenseParse:
     buffer: bytes
     accepted: int
 
+    def rows(self, accepted: np.ndarray | None) -> np.ndarray:
+        """The rows of the records ``accepted`` (a mask; ``None``: every record)."""
+        return self.X if accepted is None else self.X[accepted]
+
     def event_ids(self, records: np.ndarray) -> Callable[[], list[str | None]]:
         """A function giving the ``id`` of each of ``records`` (``None`` when it has none)."""
-        buffer = self.buffer
-        starts = self.id_starts[records]
-        stops = self.id_stops[records]
+        return event_id_reader(self.buffer, self.id_starts[records], self.id_stops[records])
 
-        def decode() -> list[str | None]:
-            return [
-                buffer[start:stop].decode("ascii") if start >= 0 else None
-                for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)
-            ]
 
-        return decode
+def event_id_reader(
+    buffer: bytes, starts: np.ndarray, stops: np.ndarray
+) -> Callable[[], list[str | None]]:
+    """A function giving the ids lying at ``buffer[start:stop]`` (``None`` where start is -1)."""
+
+    def decode() -> list[str | None]:
+        return [
+            buffer[start:stop].decode("ascii") if start >= 0 else None
+            for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)
+        ]
+
+    return decode
 
 
 class LabelTable:

@@ -18,6 +18,10 @@ The three object-valued encoders (``sparse = True``) also encode to the sparse f
 Encoding never mutates the encoder unless ``grow=True`` is passed (only the vocabulary encoder
 grows), so predictions on untrusted input cannot change the model. Bad input raises
 :class:`~learning.errors.FeatureError` with a stable code.
+
+:func:`murmur3_32` and :func:`murmur_bucket` are the hashing encoder's compiled hash and bucket
+(numba functions), for compiled code that hashes names where it reads them (the consumer's
+reader of hashed events), so it buckets exactly as the encoder does.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from learning.encoders._common import (
     as_sparse,
     numeric_value,
 )
+from learning.encoders._murmur import murmur3_32, murmur_bucket
 from learning.encoders.dense import DenseEncoder
 from learning.encoders.hashing import (
     DEFAULT_HASH,
@@ -73,6 +78,8 @@ __all__ = [
     "VocabularyEncoder",
     "as_sparse",
     "encoder_from_state",
+    "murmur3_32",
+    "murmur_bucket",
     "numeric_value",
 ]
 
