@@ -41,6 +41,7 @@ from learning._single import NO_CHECK
 from learning._state_pack import state_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
+from learning.encoders._common import PLAIN_NUMBER_TYPES
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
 
@@ -53,6 +54,8 @@ KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], in
 """The leading (indptr, indices, values, width) of every batch kernel call (see learning._rows)."""
 NO_ROW_BUFFER = 0
 """Row buffer capacity of an encoder without ``encode_sparse_into``."""
+EventSnapshot = tuple[Any, tuple[Any, ...], int]
+"""(the event, its names then its values in order, the length of its row in the buffers)."""
 
 
 @dataclass
@@ -69,6 +72,9 @@ class SingleEvent:
     """0 .. n-1: the columns of a dense row of n values (grown on demand)."""
     key: RowKey | None = None
     """The encoder's key of the row in ``columns`` / ``values`` (None: no reuse)."""
+    event: EventSnapshot | None = None
+    """The event whose row ``columns`` / ``values`` hold, as :func:`buffered_row` saw it (None:
+    no reuse)."""
     binary_buffered: bool = False
     """A binary learner whose encoder vouches for its rows and writes them into the buffers:
     its events take :func:`learn_binary_buffered` and :func:`predict_binary_buffered`."""
@@ -122,16 +128,44 @@ def sparse_row(
     encoder: Any = learner.encoder
     single = single_event(learner)
     if single.columns.shape[0] > 0:
-        previous = single.key
-        single.key = None  # the buffers are being written: nothing to reuse if that fails
         columns = single.columns
-        n, single.key = encoder.encode_sparse_into(
-            x, columns, single.values, grow=grow, previous=previous
-        )
+        n = buffered_row(encoder, single, x, grow)
         return columns, single.values, n, n > 0 and int(columns[n - 1]) == n - 1
     indices, values = encoder.encode_sparse(x, grow=grow)
     n = int(values.shape[0])
     return indices, values, n, n > 0 and int(indices[n - 1]) == n - 1
+
+
+def buffered_row(encoder: Any, single: SingleEvent, x: Any, grow: bool) -> int:
+    """Write the row of event ``x`` into the buffers (``encode_sparse_into``); its length.
+
+    When the buffers already hold the row of ``x`` (a predict-then-learn loop encodes each
+    event twice) nothing is written. That takes the same mapping object holding the same names
+    and the same values in the same order, all still plain ``int`` / ``float`` (what the
+    encoder's compiled path, the only one that keys its rows, accepted): values equal by ``==``
+    of those types are the same float64 up to the sign of a zero, which no result depends on
+    (every sum starts at +0.0, so a weight, a sum or a score is never -0.0, and s + (±0.0) = s
+    for every other s), and the names are compared as the encoders look them up, by equality.
+    Anything else is encoded afresh, so a dict changed in between is learned as it is then.
+    """
+    event = single.event
+    if (
+        event is not None
+        and x is event[0]
+        and event[1] == (*x, *x.values())
+        and PLAIN_NUMBER_TYPES.issuperset(map(type, x.values()))
+    ):
+        return event[2]
+    single.event = None  # the buffers are being written: nothing to reuse if that fails
+    previous = single.key
+    single.key = None
+    n: int
+    n, single.key = encoder.encode_sparse_into(
+        x, single.columns, single.values, grow=grow, previous=previous
+    )
+    if single.key is not None:
+        single.event = (x, (*x, *x.values()), n)
+    return n
 
 
 def learn_binary_row(
@@ -179,9 +213,7 @@ def learn_binary_buffered(
     columns = single.columns
     values = single.values
     encoder: Any = learner.encoder
-    previous = single.key
-    single.key = None  # the buffers are being written: nothing to reuse if that fails
-    n, single.key = encoder.encode_sparse_into(x, columns, values, grow=True, previous=previous)
+    n = buffered_row(encoder, single, x, True)
     state = learner._state
     dimension = encoder.dimension
     if dimension > state.weights.shape[1]:
@@ -208,9 +240,7 @@ def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any)
         return predict_one_general(learner, x)
     columns = single.columns
     encoder: Any = learner.encoder
-    previous = single.key
-    single.key = None
-    n, single.key = encoder.encode_sparse_into(x, columns, single.values, previous=previous)
+    n = buffered_row(encoder, single, x, False)
     if encoder.dimension > state.weights.shape[1]:
         return predict_one_general(learner, x)
     code = _single.predict_one_entry()(
