@@ -9,11 +9,13 @@ changed event.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pytest
 
 from learning import FeatureError, HashingEncoder, Perceptron, VocabularyEncoder, _one, dump_state
+from learning.seeding import seed_learner
 
 Factory = Callable[[], Perceptron]
 ENCODERS: dict[str, Factory] = {
@@ -32,9 +34,9 @@ def warmed(factory: Factory) -> Perceptron:
 
 
 def snapshot_equal(model: Perceptron, event: dict[str, Any]) -> bool:
-    """Whether the names-and-values snapshot of the buffered row compares equal to ``event``."""
+    """Whether the copy of the event whose row is buffered compares equal to ``event``."""
     kept = _one.single_event(model).event
-    return kept is not None and kept[1] == (*event, *event.values())
+    return kept is not None and kept[1] == event
 
 
 @pytest.mark.parametrize("kind", ENCODERS)
@@ -76,8 +78,7 @@ def test_the_same_names_in_another_order_are_hashed_in_that_order() -> None:
     model = learner()
     model.predict_one(event)
     event["n13"] = event.pop("n13")  # n10, n20, n13
-    assert event == {"n10": 1e16, "n13": 1.0, "n20": -1e16}  # control: dicts' == ignores order
-    assert not snapshot_equal(model, event)
+    assert snapshot_equal(model, event)  # control: the copy's == ignores the order
     model.learn_one(event, False)
     fresh = learner()
     fresh.learn_one(dict(event), False)
@@ -85,3 +86,40 @@ def test_the_same_names_in_another_order_are_hashed_in_that_order() -> None:
     other = learner()
     other.learn_one({"n10": 1e16, "n13": 1.0, "n20": -1e16}, False)
     assert dump_state(other) != dump_state(fresh)  # control: the two orders learn differently
+
+
+def test_weights_learned_between_predict_and_learn_are_the_ones_learn_one_uses() -> None:
+    def learner() -> Perceptron:
+        model = Perceptron(encoder=VocabularyEncoder(), max_voters=4)
+        model.learn_one({"a": 1.0}, True)
+        return model
+
+    event = {"a": 1.0}
+    model = learner()
+    against = model.encoder.encode_batch([event] * 3)
+    assert model.predict_one(event) is True  # scored right: learn_one alone would not update
+    model.learn_batch(against, np.full(3, -1.0))
+    assert model.learn_one(event, True)  # the weights now score it wrong: an update
+    fresh = learner()
+    fresh.learn_batch(against, np.full(3, -1.0))
+    fresh.learn_one(dict(event), True)
+    assert dump_state(model) == dump_state(fresh)
+
+
+def test_weights_seeded_between_predict_and_learn_are_the_ones_learn_one_uses() -> None:
+    right, wrong = np.array([[1.0, 1.0]]), np.array([[-1.0, -1.0]])
+    event = {"a": 1.0}
+
+    def seeded(weights: Any) -> Perceptron:
+        encoder = VocabularyEncoder()
+        encoder.encode(event, grow=True)
+        model = Perceptron(encoder=encoder, max_voters=4)
+        return cast(Perceptron, seed_learner(model, weights))
+
+    model = seeded(right)
+    assert model.predict_one(event) is True  # scored right with the first weights
+    seed_learner(model, wrong)
+    assert model.learn_one(event, True)  # the seeded weights score it wrong: an update
+    fresh = seeded(wrong)
+    fresh.learn_one(dict(event), True)
+    assert dump_state(model) == dump_state(fresh)
