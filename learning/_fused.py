@@ -183,8 +183,9 @@ compiled builder."""
 HASHED_ORDER_FREE_MERGES = 1
 """Names a hashed row may merge into other names' columns with the row not depending on the
 order of the names: two values summed from 0.0 commute, three need not."""
-PACKED_ORDER_FREE_MERGES = -1
-"""A whole-vocabulary row is one only in the vocabulary's order."""
+PACKED_ORDER_FREE_MERGES = 0
+"""A whole-vocabulary row merges nothing: each name has its own column, and the precise path
+writes the same sorted row whatever the order of the names."""
 
 
 def fused_source(encoder: Any) -> tuple[Source, tuple[int, int], int] | None:

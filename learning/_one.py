@@ -6,12 +6,14 @@ encoding the event, then one kernel. Both are kept lean:
 * an object-valued encoder writes the row into buffers this learner reuses
   (``encode_sparse_into``: no arrays are built and handed back), and a dense one returns its
   vector, whose columns 0 .. n-1 are a cached range;
-* the hashing encoder keys each row by the event's content (names and values as bytes): when
-  ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers is
-  reused instead of hashed again (the key compares the content, not the dict's identity, so a
-  dict changed in between is encoded afresh);
-* a vocabulary event listing the whole vocabulary in order is keyed the same way (its values
-  packed as float64), so that reuse holds for dense dicts too;
+* when ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers
+  is reused: the learner keeps the event with a copy of it (:func:`buffered_row` says exactly
+  when a row is reused; a dict changed in between is encoded afresh); the encoders' own
+  content keys (``RowKey``) still serve an equal event in another dict;
+* a binary learner with a murmur3 hashing or a vocabulary encoder predicts a fresh event in
+  one compiled call that builds the row and predicts it (:mod:`learning._fused`), and keeps
+  the scores: the ``learn_one`` that follows counts an event needing no update without any
+  compiled call while the weights are the ones scored (:func:`learned_as_scored`);
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
   code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
@@ -42,6 +44,7 @@ from learning._arrays import (
     entry_bytes,
 )
 from learning._fused import NO_CODE, Source, fused_source, learn_buffered_entry
+from learning._kernels import PQ_AVERAGED, SEEN
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
 from learning._state_pack import state_pack
@@ -296,11 +299,11 @@ def learned_as_scored(state: Any, scored: tuple[Any, int, float, float], target:
     """
     scored_state, seen, score, total = scored
     counters = state.counters
-    if scored_state is not state or counters[k.SEEN] != seen or target * score <= 0.0:
+    if scored_state is not state or counters[SEEN] != seen or target * score <= 0.0:
         return False
     if (1.0 if total >= 0.0 else -1.0) != target:
-        counters[k.PQ_AVERAGED] += 1
-    counters[k.SEEN] = seen + 1
+        counters[PQ_AVERAGED] += 1
+    counters[SEEN] = seen + 1
     return True
 
 
