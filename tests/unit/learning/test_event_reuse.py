@@ -123,3 +123,16 @@ def test_weights_seeded_between_predict_and_learn_are_the_ones_learn_one_uses() 
     fresh = seeded(wrong)
     fresh.learn_one(dict(event), True)
     assert dump_state(model) == dump_state(fresh)
+
+
+def test_a_whole_vocabulary_event_reordered_is_learned_as_a_fresh_learner_learns_it() -> None:
+    model = warmed(ENCODERS["vocabulary"])
+    event = {"alpha": 2.0, "beta": -1.0, "gamma": 0.5}
+    label = not model.predict_one(event)
+    kept = _one.single_event(model).event
+    assert kept is not None and kept[2] is None  # control: the row is kept for any name order
+    event["alpha"] = event.pop("alpha")  # beta, gamma, alpha
+    assert model.learn_one(event, label)
+    fresh = warmed(ENCODERS["vocabulary"])
+    fresh.learn_one(dict(event), label)
+    assert dump_state(model) == dump_state(fresh)
