@@ -6,12 +6,14 @@ encoding the event, then one kernel. Both are kept lean:
 * an object-valued encoder writes the row into buffers this learner reuses
   (``encode_sparse_into``: no arrays are built and handed back), and a dense one returns its
   vector, whose columns 0 .. n-1 are a cached range;
-* the hashing encoder keys each row by the event's content (names and values as bytes): when
-  ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers is
-  reused instead of hashed again (the key compares the content, not the dict's identity, so a
-  dict changed in between is encoded afresh);
-* a vocabulary event listing the whole vocabulary in order is keyed the same way (its values
-  packed as float64), so that reuse holds for dense dicts too;
+* when ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers
+  is reused: the learner keeps the event with a copy of it (:func:`buffered_row` says exactly
+  when a row is reused; a dict changed in between is encoded afresh); the encoders' own
+  content keys (``RowKey``) still serve an equal event in another dict;
+* a binary learner with a murmur3 hashing or a vocabulary encoder predicts a fresh event in
+  one compiled call that builds the row and predicts it (:mod:`learning._fused`), and keeps
+  the scores: the ``learn_one`` that follows counts an event needing no update without any
+  compiled call while the weights are the ones scored (:func:`learned_as_scored`);
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
   code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
@@ -35,12 +37,21 @@ from numpy.typing import NDArray
 
 from learning import _kernels as k
 from learning import _single
-from learning._arrays import NO_COLUMNS
+from learning._arrays import (
+    BINARY_ROWS_TOUCHED,
+    MULTICLASS_ROWS_TOUCHED,
+    NO_COLUMNS,
+    entry_bytes,
+)
+from learning._fused import NO_CODE, Source, fused_source, learn_buffered_entry
+from learning._kernels import PQ_AVERAGED, SEEN
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
 from learning._state_pack import state_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
+from learning.encoders._common import PLAIN_NUMBER_TYPES
+from learning.encoders._packed import NO_ROW
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
 
@@ -53,6 +64,11 @@ KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], in
 """The leading (indptr, indices, values, width) of every batch kernel call (see learning._rows)."""
 NO_ROW_BUFFER = 0
 """Row buffer capacity of an encoder without ``encode_sparse_into``."""
+SINGLE_EVENT_KEY = "_single_event"
+"""Where a learner keeps its :class:`SingleEvent` (derived: made on first use)."""
+EventSnapshot = tuple[Any, dict[Any, Any], tuple[Any, ...] | None, int]
+"""(the event, a copy of it, its names in order or None when the row does not depend on their
+order, the length of its row in the buffers); see :func:`buffered_row`."""
 
 
 @dataclass
@@ -69,9 +85,25 @@ class SingleEvent:
     """0 .. n-1: the columns of a dense row of n values (grown on demand)."""
     key: RowKey | None = None
     """The encoder's key of the row in ``columns`` / ``values`` (None: no reuse)."""
+    event: EventSnapshot | None = None
+    """The event whose row ``columns`` / ``values`` hold, as :func:`buffered_row` saw it (None:
+    no reuse)."""
     binary_buffered: bool = False
     """A binary learner whose encoder vouches for its rows and writes them into the buffers:
     its events take :func:`learn_binary_buffered` and :func:`predict_binary_buffered`."""
+    source: Source | None = None
+    """The fused prediction of a ``binary_buffered`` learner's fresh events
+    (:func:`learning._fused.fused_source`), or None."""
+    constants: tuple[int, int] = (0, 0)
+    """Its encoder's constants."""
+    scored: tuple[Any, int, float, float] | None = None
+    """(state, seen, score, total) of the row in the buffers as the fused prediction computed
+    them (:data:`learning._fused.Scored`), or None."""
+    order_free: int = -1
+    """Most names its fused rows may merge into other names' columns with the row still not
+    depending on the order of the names (-1: the rows always depend on it)."""
+    entry_size: int = 1
+    """Bytes of one entry of the learner's voters' log (``max_voter_bytes`` // this = entries)."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -82,7 +114,7 @@ def outputs(n: int, multiclass: bool) -> Outputs:
 
 def single_event(learner: LinearLearner) -> SingleEvent:
     """The learner's reusable buffers, made on first use."""
-    single: SingleEvent | None = learner.__dict__.get("_single_event")
+    single: SingleEvent | None = learner.__dict__.get(SINGLE_EVENT_KEY)
     if single is None:
         limit = getattr(learner.encoder, "max_features_per_event", None)
         into = getattr(learner.encoder, "encode_sparse_into", None)
@@ -98,7 +130,12 @@ def single_event(learner: LinearLearner) -> SingleEvent:
             and not learner.multiclass
             and getattr(learner.encoder, "validated_output", False),
         )
-        learner.__dict__["_single_event"] = single
+        touched = MULTICLASS_ROWS_TOUCHED if learner.multiclass else BINARY_ROWS_TOUCHED
+        single.entry_size = entry_bytes(touched)
+        fused = fused_source(learner.encoder) if single.binary_buffered else None
+        if fused is not None:
+            single.source, single.constants, single.order_free = fused
+        learner.__dict__[SINGLE_EVENT_KEY] = single
     return single
 
 
@@ -122,16 +159,61 @@ def sparse_row(
     encoder: Any = learner.encoder
     single = single_event(learner)
     if single.columns.shape[0] > 0:
-        previous = single.key
-        single.key = None  # the buffers are being written: nothing to reuse if that fails
         columns = single.columns
-        n, single.key = encoder.encode_sparse_into(
-            x, columns, single.values, grow=grow, previous=previous
-        )
+        n = buffered_row(encoder, single, x, grow)
         return columns, single.values, n, n > 0 and int(columns[n - 1]) == n - 1
     indices, values = encoder.encode_sparse(x, grow=grow)
     n = int(values.shape[0])
     return indices, values, n, n > 0 and int(indices[n - 1]) == n - 1
+
+
+def holds(event: EventSnapshot, x: Any) -> bool:
+    """Whether the buffers' row is the row of ``x`` (see :func:`buffered_row`)."""
+    names = event[2]
+    return (
+        x is event[0]
+        and x == event[1]
+        and PLAIN_NUMBER_TYPES.issuperset(map(type, x.values()))
+        and (names is None or names == tuple(x))
+    )
+
+
+def snapshot(x: Any, n: int, ordered: bool) -> EventSnapshot:
+    """The :data:`EventSnapshot` of event ``x`` whose row of length n is in the buffers;
+    ``ordered``: the row depends on the order of the names."""
+    return x, dict(x), tuple(x) if ordered else None, n
+
+
+def buffered_row(encoder: Any, single: SingleEvent, x: Any, grow: bool) -> int:
+    """Write the row of event ``x`` into the buffers (``encode_sparse_into``); its length.
+
+    When the buffers already hold the row of ``x`` (a predict-then-learn loop encodes each
+    event twice) nothing is written. That takes the same mapping object equal to the copy
+    taken when the row was written, its values all still plain ``int`` / ``float`` (what the
+    encoder's compiled path, the only one that keys its rows, accepted), and its names in the
+    same order unless the row cannot depend on it. Values equal by ``==`` of those types are the
+    same float64 up to the sign of a zero, which no result depends on (every sum starts at
+    +0.0, so a weight, a sum or a score is never -0.0, and s + (±0.0) = s for every other s);
+    names are compared as the encoders look them up, by equality. The order of the names
+    matters to a hashed row only through the sums of three or more names sharing a bucket
+    (two summed from 0.0 commute), so a hashed row with at most one name merged into another's
+    bucket keeps no order. Anything else is encoded afresh, so a dict changed in between is
+    learned as it is then.
+    """
+    event = single.event
+    if event is not None and holds(event, x):
+        return event[3]
+    single.event = None  # the buffers are being written: nothing to reuse if that fails
+    single.scored = None
+    previous = single.key
+    single.key = None
+    n: int
+    n, single.key = encoder.encode_sparse_into(
+        x, single.columns, single.values, grow=grow, previous=previous
+    )
+    if single.key is not None:
+        single.event = snapshot(x, n, True)
+    return n
 
 
 def learn_binary_row(
@@ -175,42 +257,88 @@ def learn_binary_buffered(
     """``learn_one`` of a ``binary_buffered`` learner: :func:`sparse_row` then
     :func:`learn_sparse`, with nothing they check that cannot change from one event to the
     next (the learner's kind, its encoder's guarantees) asked again, and the compiled entry
-    called here when the state's arrays are regular."""
-    columns = single.columns
-    values = single.values
+    called here when the state's arrays are regular; an event that ``predict_one`` just scored
+    and that needs no update is counted without a compiled call (:func:`learned_as_scored`)."""
     encoder: Any = learner.encoder
-    previous = single.key
-    single.key = None  # the buffers are being written: nothing to reuse if that fails
-    n, single.key = encoder.encode_sparse_into(x, columns, values, grow=True, previous=previous)
+    event = single.event
+    held = event is not None and holds(event, x)
+    n = event[3] if event is not None and held else buffered_row(encoder, single, x, True)
     state = learner._state
     dimension = encoder.dimension
     if dimension > state.weights.shape[1]:
         state.ensure_shape(state.rows, dimension)
+    if not (state.irregular or learner.prequential_voted):
+        scored = single.scored
+        if held and scored is not None and learned_as_scored(state, scored, target):
+            return False
+        if state.voter_columns is not NO_COLUMNS:
+            learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
+        max_entries = learner.max_voter_bytes // single.entry_size
+        result = learn_buffered_entry()(
+            state_pack(state), single.columns, single.values, n, target, learner.max_voters,
+            max_entries,
+        )  # fmt: skip
+        if result != _single.NEEDS_ROOM:
+            return result == _single.UPDATED
+    columns = single.columns
     complete = n > 0 and int(columns[n - 1]) == n - 1
-    if state.irregular or learner.prequential_voted:
-        return learn_binary_row(learner, columns, values, n, dense=complete, target=target)
-    if state.voter_columns is not NO_COLUMNS:
-        learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
-    result = _single.learn_packed_entry()(
-        state_pack(state), columns, values, n, complete, target, learner.max_voters,
-        learner._max_entries,
-    )  # fmt: skip
-    if result == _single.NEEDS_ROOM:
-        return learn_binary_row(learner, columns, values, n, dense=complete, target=target)
-    return bool(result == _single.UPDATED)
+    return learn_binary_row(learner, columns, single.values, n, dense=complete, target=target)
+
+
+def learned_as_scored(state: Any, scored: tuple[Any, int, float, float], target: float) -> bool:
+    """Learn, as :func:`learning._single.learn_unvoted` does, the event whose row and scores
+    ``predict_one`` left (``scored``) when the weights are the ones it scored with and the event
+    needs no update; False (nothing changed) otherwise.
+
+    The weights are those of the scores while the state is the same object and has seen no
+    event since: every change of the weights is a learning step, which counts the event seen,
+    except :func:`learning.seeding.seed_learner`, which forgets the scores
+    (:func:`forget_event`). Without an update the kernel only counts: ``count_mistakes`` (the
+    live weights predicted right, target · score > 0; the average's sign may differ) and the
+    event seen. Its log-room check changes nothing, and it waits for the next update.
+    """
+    scored_state, seen, score, total = scored
+    counters = state.counters
+    if scored_state is not state or counters[SEEN] != seen or target * score <= 0.0:
+        return False
+    if (1.0 if total >= 0.0 else -1.0) != target:
+        counters[PQ_AVERAGED] += 1
+    counters[SEEN] = seen + 1
+    return True
+
+
+def forget_event(learner: LinearLearner) -> None:
+    """Drop the learner's single-event buffers and what they remember (rebuilt on next use):
+    for code that changes the weights other than by learning."""
+    learner.__dict__.pop(SINGLE_EVENT_KEY, None)
 
 
 def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any) -> Hashable:
-    """``predict_one`` of a ``binary_buffered`` learner (see :func:`learn_binary_buffered`)."""
-    which = PREDICTOR_CODES[learner.predictor]
+    """``predict_one`` of a ``binary_buffered`` learner (see :func:`learn_binary_buffered`): a
+    fresh event in one call of its encoder's fused prediction (:mod:`learning._fused`)."""
     state = learner._state
+    which = PREDICTOR_CODES[learner.predictor]
     if which == k.VOTED or state.irregular:
         return predict_one_general(learner, x)
+    source = single.source
+    event = single.event
+    if source is not None and (event is None or not holds(event, x)):
+        single.event = None  # the buffers are being written
+        single.key = None
+        single.scored = None
+        n, code, score, total, seen = source(
+            x, learner.encoder, single.constants, single.columns, single.values, state.weights,
+            state.weight_sums, state.counters, which,
+        )  # fmt: skip
+        if n != NO_ROW:
+            single.event = snapshot(x, n, len(x) - n + single.constants[1] > single.order_free)
+            if code != NO_CODE:
+                single.scored = (state, seen, score, total)
+                return learner._decode(code)
+            return predict_one_general(learner, x)
     columns = single.columns
     encoder: Any = learner.encoder
-    previous = single.key
-    single.key = None
-    n, single.key = encoder.encode_sparse_into(x, columns, single.values, previous=previous)
+    n = buffered_row(encoder, single, x, False)
     if encoder.dimension > state.weights.shape[1]:
         return predict_one_general(learner, x)
     code = _single.predict_one_entry()(

@@ -89,7 +89,7 @@ class Perceptron(LinearLearner):
 
         Nothing changes when the label or the features are invalid.
         """
-        single = _one.single_event(self)
+        single = self.__dict__.get(_one.SINGLE_EVENT_KEY) or _one.single_event(self)
         if single.binary_buffered:
             return _one.learn_binary_buffered(self, single, x, self.label_map.encode(y))
         code = single.target
@@ -97,6 +97,13 @@ class Perceptron(LinearLearner):
         if getattr(self.encoder, "sparse", False):
             return _one.learn_sparse(self, _one.sparse_row(self, x, grow=True), code)
         return _one.learn_vector(self, self.encoder.encode(x, grow=True), code)
+
+    def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
+        """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
+        single = self.__dict__.get(_one.SINGLE_EVENT_KEY) or _one.single_event(self)
+        if single.binary_buffered:
+            return _one.predict_binary_buffered(self, single, x)
+        return _one.predict_one_general(self, x)
 
     def _check_targets(self, y: object, n: int) -> NDArray[np.float64]:
         targets = np.ascontiguousarray(np.asarray(y, dtype=np.float64))

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _kernels as k
+from learning import _one
 from learning._base import LinearLearner
 
 _COUNTERS = {
@@ -87,6 +88,7 @@ def seed_learner(
     unknown = set(counts) - set(_COUNTERS)
     if unknown:
         raise ValueError(f"unknown counters {sorted(unknown)}")
+    _one.forget_event(learner)  # its scores were computed with the weights replaced here
     state.weights[...] = weights
     for name, value in counts.items():
         state.counters[_COUNTERS[name]] = value
