@@ -94,8 +94,9 @@ class EnginePersistence:
     ) -> CheckpointReport:
         """Save a checkpoint to ``store``; failures are reported, logged and raised.
 
-        ``prepared`` is a :meth:`checkpoint_bytes` result taken since the last :meth:`apply`
-        (the state record of the same checkpoint), saved instead of serialising again.
+        ``prepared`` is a :meth:`checkpoint_bytes` result (the state record of the same
+        checkpoint), saved instead of serialising again; it may predate the latest :meth:`apply`
+        (a commit that ran while the loop went on): the cache then holds what Kafka holds.
         """
         started = time.perf_counter()
         try:

@@ -18,9 +18,13 @@ Ordering of effects, which is what makes every event count exactly once:
 
 With ``RunnerSettings.transactions`` (exactly once, :mod:`consumers.transactions`) the order
 is: dead letters join the owner's open transaction; at each checkpoint the state record and the
-group's offsets join it and it commits; only then is the local checkpoint (a cache) written. On
-assignment the owner fences its predecessors, restores the newest committed state and seeks to
-it; a failed transaction voids everything since the last commit.
+group's offsets join it and it commits; only then is the local checkpoint (a cache) written. A
+periodic checkpoint commits on the commit thread (:mod:`consumers.background_commit`) while the
+loop goes on learning; that commit is settled before any other transactional step (the next
+checkpoint, a dead letter, an abort, a restore, the shutdown), so the next transaction begins
+only after it ended. On assignment the owner fences its predecessors, restores the newest
+committed state and seeks to it; a failed transaction voids everything since the last commit,
+including what was learned while it was under way.
 
 Rebalances: partitions being revoked (or lost) are checkpointed first; newly assigned ones are
 positioned at the engine's next offsets. The listener runs on kafka-python's IO thread while the
@@ -57,6 +61,7 @@ from typing import Any
 
 from kafka import KafkaConsumer
 
+from consumers.background_commit import BackgroundCommit
 from consumers.decoding.events import DecodedBatch, Rejection, SourceRecord
 from consumers.dlq import DeadLetterError, DeadLetterWriter, Producer
 from consumers.engine import Engine
@@ -170,6 +175,7 @@ class ConsumerRunner(RunnerCommits):
         self._reported: set[tuple[FaultKind, str]] = set()
         self._topic_missing_since: float | None = None
         self._resubscribe = False
+        self._commits = BackgroundCommit()
 
     @property
     def running(self) -> bool:
@@ -243,6 +249,8 @@ class ConsumerRunner(RunnerCommits):
         consumer = self._consumer
         assert consumer is not None
         started = time.monotonic()
+        if not self._settle_commit(block=False):
+            return
         resume_stranded_join(consumer)
         polled = consumer.poll(
             timeout_ms=self._settings.poll_timeout_ms, max_records=self._settings.max_poll_records
@@ -285,6 +293,10 @@ class ConsumerRunner(RunnerCommits):
         for start in range(0, len(records), size):
             chunk = records[start : start + size]
             batch = self._engine.decoder.decode_batch(chunk)
+            if self._owner is not None and not self._settle_commit(block=bool(batch.rejections)):
+                # The commit under way failed: all since the previous one is void. Dead letters
+                # join the next transaction, which begins only once that commit has ended.
+                return
             cut = self._dead_letter(batch)
             if cut and self._owner is not None:
                 # Dead letters are part of the open transaction: void all of it, resume from
@@ -365,6 +377,7 @@ class ConsumerRunner(RunnerCommits):
         else:
             self._on_fault(fault)
         if self._owner is not None:
+            self._settle_commit(block=True)
             if self._applied_since_checkpoint:
                 logger.warning(
                     "%d applied record(s) void: the open transaction is discarded",
@@ -390,12 +403,13 @@ class ConsumerRunner(RunnerCommits):
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self._settings.shutdown_deadline_seconds
-        saved = True
         self._limit_transaction_waits()
+        saved = self._settle_commit(block=True)
         due = self._applied_since_checkpoint > 0
         if due:
             saved = self._checkpoint("shutdown")
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        self._commits.close()
         self._close_consumer(timeout_ms=remaining_ms)
         self._dead_letters.close(timeout=max(0.0, deadline - time.monotonic()))
         if self._owner is not None:

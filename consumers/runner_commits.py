@@ -3,7 +3,9 @@
 :class:`RunnerCommits` is the part of :class:`~consumers.runner.ConsumerRunner` that saves what
 the loop applied: a local checkpoint then a monitoring-only group commit, or (with
 ``RunnerSettings.transactions``) one transaction holding dead letters, state record and offsets,
-then the local cache. It also answers the group's rebalances (:class:`RebalanceListener`, on
+then the local cache; a periodic checkpoint's transaction is committed on a thread of its own
+(:mod:`consumers.background_commit`) while the loop goes on, and settled before any other
+transactional step. It also answers the group's rebalances (:class:`RebalanceListener`, on
 kafka-python's IO thread) and, with transactions, fences, restores and seeks after an assignment
 (:meth:`~RunnerCommits._transactional_turn`). The ordering rules are in :mod:`consumers.runner`.
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 
+from consumers.background_commit import BackgroundCommit
 from consumers.engine import Engine
 from consumers.engine_state import IncompatibleCheckpointError
 from consumers.kafka_clients import Consumer
@@ -25,7 +28,6 @@ from consumers.partitions import offsets_text
 from consumers.reports import PartitionKey
 from consumers.runner_health import Backoff, RunnerHealth
 from consumers.state.checkpoint import CheckpointStore
-from consumers.transactional_producer import TransactionError
 from consumers.transactions import Owner
 
 logger = logging.getLogger("consumers.runner")
@@ -61,6 +63,7 @@ class RunnerCommits(RunnerHealth):
     _backoff: Backoff
     _applied_since_checkpoint: int
     _last_checkpoint: float
+    _commits: BackgroundCommit
 
     def _due_by_events(self) -> bool:
         return self._applied_since_checkpoint >= self._settings.checkpoint_every_events
@@ -75,7 +78,7 @@ class RunnerCommits(RunnerHealth):
     def _checkpoint(self, why: str, *, commit: bool = True, blocking_commit: bool = True) -> bool:
         """Save a checkpoint, then commit its offsets for monitoring; whether the save worked."""
         if self._owner is not None:
-            return self._commit_transaction(why) if commit else False
+            return self._commit_transaction(why, wait=blocking_commit) if commit else False
         try:
             report = self._engine.checkpoint(self._store)
         except Exception as exc:
@@ -99,33 +102,45 @@ class RunnerCommits(RunnerHealth):
             self._commit(report.offsets, blocking=blocking_commit)
         return True
 
-    def _commit_transaction(self, why: str) -> bool:
+    def _commit_transaction(self, why: str, *, wait: bool = True) -> bool:
         """Commit dead letters, state record and offsets in one transaction, then the cache.
 
         The local checkpoint is written only after the commit, so the cache never holds work
-        Kafka does not. A failed commit voids everything since the previous one.
+        Kafka does not. A failed commit voids everything since the previous one. Without
+        ``wait`` the commit runs on the commit thread (:meth:`_settle_commit` takes its outcome)
+        and the loop goes on; what it applies meanwhile joins the next transaction. Returns
+        whether the commit succeeded (without ``wait``: whether it was started).
         """
         owner, consumer = self._owner, self._consumer
         assert owner is not None
+        if not self._settle_commit(block=True):
+            return False
         if consumer is None or owner.activation_needed or owner.dirty:
             return False
         assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
         if not assigned:
             return False
         prepared = self._engine.checkpoint_bytes()
-        try:
-            sequence = owner.commit(prepared, assigned, _group_metadata(consumer))
-        except TransactionError as exc:
-            logger.error(
-                "checkpoint (%s) not committed, %d applied record(s) void: %s",
-                why,
-                self._applied_since_checkpoint,
-                exc,
-            )
-            self._void_transaction()
-            return False
-        self._applied_since_checkpoint = 0
+        metadata = _group_metadata(consumer)
+        applied, self._applied_since_checkpoint = self._applied_since_checkpoint, 0
         self._last_checkpoint = time.monotonic()
+        self._commits.submit(
+            lambda: self._commit_and_cache(owner, prepared, assigned, metadata, why),
+            why=why,
+            applied=applied,
+        )
+        return self._settle_commit(block=True) if wait else True
+
+    def _commit_and_cache(
+        self,
+        owner: Owner,
+        prepared: tuple[bytes, dict[PartitionKey, int]],
+        assigned: set[PartitionKey],
+        metadata: Any,
+        why: str,
+    ) -> int:
+        """The commit of one checkpoint, then its local cache (on the commit thread)."""
+        sequence = owner.commit(prepared, assigned, metadata)
         logger.info(
             "state record %d committed (%s) with offsets %s",
             sequence,
@@ -136,7 +151,25 @@ class RunnerCommits(RunnerHealth):
             self._engine.checkpoint(self._store, prepared)
         except Exception as exc:
             logger.warning("local checkpoint cache not written (%r); Kafka holds the state", exc)
-        return True
+        return sequence
+
+    def _settle_commit(self, *, block: bool) -> bool:
+        """Take the outcome of the commit under way once it has ended (waiting with ``block``).
+
+        A failed commit voids everything since the previous commit, including what the loop
+        applied while it was under way. Returns ``False`` only then.
+        """
+        settled = self._commits.settle(block=block)
+        if settled is None or settled.error is None:
+            return True
+        logger.error(
+            "checkpoint (%s) not committed, %d applied record(s) void: %s",
+            settled.why,
+            settled.applied + self._applied_since_checkpoint,
+            settled.error,
+        )
+        self._void_transaction()
+        return False
 
     def _void_transaction(self) -> None:
         """After a failed transaction: abort it, give up ownership and rejoin the group.
@@ -146,6 +179,7 @@ class RunnerCommits(RunnerHealth):
         """
         owner = self._owner
         assert owner is not None
+        self._commits.settle(block=True)  # whatever its outcome, all since it is void
         owner.discard()
         owner.assignor.disown()
         self._engine.set_owned(())
@@ -179,6 +213,7 @@ class RunnerCommits(RunnerHealth):
         assert owner is not None
         if not (owner.activation_needed or owner.dirty):
             return polled
+        self._settle_commit(block=True)
         kept: dict[Any, list[Any]] = {}
         if owner.dirty:
             owner.discard()
