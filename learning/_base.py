@@ -316,7 +316,7 @@ class LinearLearner(_ClassifierBase):
 
     def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
         """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
-        return _one.predict_one(self, x)
+        return _one.predict_one_general(self, x)
 
     def predict_batch(
         self, X: NDArray[np.float64] | CSRBatch, predictor: PredictorName | None = None

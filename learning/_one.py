@@ -13,7 +13,7 @@ encoding the event, then one kernel. Both are kept lean:
 * a binary learner with a murmur3 hashing or a vocabulary encoder predicts a fresh event in
   one compiled call that builds the row and predicts it (:mod:`learning._fused`), and keeps
   the scores: the ``learn_one`` that follows counts an event needing no update without any
-  compiled call while the weights are the ones scored (:func:`learned_as_scored`);
+  compiled call while the weights are the ones scored (:func:`learning._one_binary.learn_one`);
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
   code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
@@ -40,18 +40,14 @@ from learning import _single
 from learning._arrays import (
     BINARY_ROWS_TOUCHED,
     MULTICLASS_ROWS_TOUCHED,
-    NO_COLUMNS,
     entry_bytes,
 )
-from learning._fused import NO_CODE, Source, fused_source, learn_buffered_entry
-from learning._kernels import PQ_AVERAGED, SEEN
+from learning._fused import Source, fused_source
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
-from learning._state_pack import state_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.encoders._common import PLAIN_NUMBER_TYPES
-from learning.encoders._packed import NO_ROW
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
 
@@ -90,7 +86,7 @@ class SingleEvent:
     no reuse)."""
     binary_buffered: bool = False
     """A binary learner whose encoder vouches for its rows and writes them into the buffers:
-    its events take :func:`learn_binary_buffered` and :func:`predict_binary_buffered`."""
+    its events take :mod:`learning._one_binary`."""
     source: Source | None = None
     """The fused prediction of a ``binary_buffered`` learner's fresh events
     (:func:`learning._fused.fused_source`), or None."""
@@ -251,101 +247,10 @@ def learn_binary_row(
     raise AssertionError("the voters' log was grown to the room one update needs")
 
 
-def learn_binary_buffered(
-    learner: LinearLearner, single: SingleEvent, x: Any, target: float
-) -> bool:
-    """``learn_one`` of a ``binary_buffered`` learner: :func:`sparse_row` then
-    :func:`learn_sparse`, with nothing they check that cannot change from one event to the
-    next (the learner's kind, its encoder's guarantees) asked again, and the compiled entry
-    called here when the state's arrays are regular; an event that ``predict_one`` just scored
-    and that needs no update is counted without a compiled call (:func:`learned_as_scored`)."""
-    encoder: Any = learner.encoder
-    event = single.event
-    held = event is not None and holds(event, x)
-    n = event[3] if event is not None and held else buffered_row(encoder, single, x, True)
-    state = learner._state
-    dimension = encoder.dimension
-    if dimension > state.weights.shape[1]:
-        state.ensure_shape(state.rows, dimension)
-    if not (state.irregular or learner.prequential_voted):
-        scored = single.scored
-        if held and scored is not None and learned_as_scored(state, scored, target):
-            return False
-        if state.voter_columns is not NO_COLUMNS:
-            learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
-        max_entries = learner.max_voter_bytes // single.entry_size
-        result = learn_buffered_entry()(
-            state_pack(state), single.columns, single.values, n, target, learner.max_voters,
-            max_entries,
-        )  # fmt: skip
-        if result != _single.NEEDS_ROOM:
-            return result == _single.UPDATED
-    columns = single.columns
-    complete = n > 0 and int(columns[n - 1]) == n - 1
-    return learn_binary_row(learner, columns, single.values, n, dense=complete, target=target)
-
-
-def learned_as_scored(state: Any, scored: tuple[Any, int, float, float], target: float) -> bool:
-    """Learn, as :func:`learning._single.learn_unvoted` does, the event whose row and scores
-    ``predict_one`` left (``scored``) when the weights are the ones it scored with and the event
-    needs no update; False (nothing changed) otherwise.
-
-    The weights are those of the scores while the state is the same object and has seen no
-    event since: every change of the weights is a learning step, which counts the event seen,
-    except :func:`learning.seeding.seed_learner`, which forgets the scores
-    (:func:`forget_event`). Without an update the kernel only counts: ``count_mistakes`` (the
-    live weights predicted right, target · score > 0; the average's sign may differ) and the
-    event seen. Its log-room check changes nothing, and it waits for the next update.
-    """
-    scored_state, seen, score, total = scored
-    counters = state.counters
-    if scored_state is not state or counters[SEEN] != seen or target * score <= 0.0:
-        return False
-    if (1.0 if total >= 0.0 else -1.0) != target:
-        counters[PQ_AVERAGED] += 1
-    counters[SEEN] = seen + 1
-    return True
-
-
 def forget_event(learner: LinearLearner) -> None:
     """Drop the learner's single-event buffers and what they remember (rebuilt on next use):
     for code that changes the weights other than by learning."""
     learner.__dict__.pop(SINGLE_EVENT_KEY, None)
-
-
-def predict_binary_buffered(learner: LinearLearner, single: SingleEvent, x: Any) -> Hashable:
-    """``predict_one`` of a ``binary_buffered`` learner (see :func:`learn_binary_buffered`): a
-    fresh event in one call of its encoder's fused prediction (:mod:`learning._fused`)."""
-    state = learner._state
-    which = PREDICTOR_CODES[learner.predictor]
-    if which == k.VOTED or state.irregular:
-        return predict_one_general(learner, x)
-    source = single.source
-    event = single.event
-    if source is not None and (event is None or not holds(event, x)):
-        single.event = None  # the buffers are being written
-        single.key = None
-        single.scored = None
-        n, code, score, total, seen = source(
-            x, learner.encoder, single.constants, single.columns, single.values, state.weights,
-            state.weight_sums, state.counters, which,
-        )  # fmt: skip
-        if n != NO_ROW:
-            single.event = snapshot(x, n, len(x) - n + single.constants[1] > single.order_free)
-            if code != NO_CODE:
-                single.scored = (state, seen, score, total)
-                return learner._decode(code)
-            return predict_one_general(learner, x)
-    columns = single.columns
-    encoder: Any = learner.encoder
-    n = buffered_row(encoder, single, x, False)
-    if encoder.dimension > state.weights.shape[1]:
-        return predict_one_general(learner, x)
-    code = _single.predict_one_entry()(
-        columns, single.values, n, n > 0 and int(columns[n - 1]) == n - 1, state.weights,
-        state.weight_sums, state.counters, which,
-    )  # fmt: skip
-    return learner._decode(code)
 
 
 def learn_sparse(
@@ -407,20 +312,12 @@ def learn_batch_of_one(
     return bool(out[0][0])
 
 
-def predict_one(learner: LinearLearner, x: Any) -> Hashable:
+def predict_one_general(learner: LinearLearner, x: Any) -> Hashable:
     """The label the ``predictor`` hyperparameter predicts for one event (the model unchanged).
 
     A binary learner's ``last`` and ``averaged`` predictions of a checked row of the model's
     width take :func:`learning._single.predict_binary_one`; everything else the batch scoring.
     """
-    single = single_event(learner)
-    if single.binary_buffered:
-        return predict_binary_buffered(learner, single, x)
-    return predict_one_general(learner, x)
-
-
-def predict_one_general(learner: LinearLearner, x: Any) -> Hashable:
-    """:func:`predict_one` of any learner."""
     encoder: Any = learner.encoder
     validated = getattr(encoder, "validated_output", False)
     state = learner._state

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from learning import _learn, _one
+from learning import _learn, _one_binary
 from learning._arrays import BINARY_ROWS_TOUCHED, LinearState
 from learning._base import DEFAULT_MAX_VOTER_BYTES, DEFAULT_MAX_VOTERS, LinearLearner
 from learning.encoders import Encoder
@@ -84,26 +83,8 @@ class Perceptron(LinearLearner):
     def _rows(self) -> int:
         return BINARY_ROWS
 
-    def learn_one(self, x: Any, y: Hashable) -> bool:
-        """Predict-then-learn one event (river style); True when it was a mistake (an update).
-
-        Nothing changes when the label or the features are invalid.
-        """
-        single = self.__dict__.get(_one.SINGLE_EVENT_KEY) or _one.single_event(self)
-        if single.binary_buffered:
-            return _one.learn_binary_buffered(self, single, x, self.label_map.encode(y))
-        code = single.target
-        code[0] = self.label_map.encode(y)
-        if getattr(self.encoder, "sparse", False):
-            return _one.learn_sparse(self, _one.sparse_row(self, x, grow=True), code)
-        return _one.learn_vector(self, self.encoder.encode(x, grow=True), code)
-
-    def predict_one(self, x: Any, **kwargs: Any) -> Hashable:
-        """The label predicted by the ``predictor`` hyperparameter; the model is not changed."""
-        single = self.__dict__.get(_one.SINGLE_EVENT_KEY) or _one.single_event(self)
-        if single.binary_buffered:
-            return _one.predict_binary_buffered(self, single, x)
-        return _one.predict_one_general(self, x)
+    learn_one = _one_binary.learn_one
+    predict_one = _one_binary.predict_one
 
     def _check_targets(self, y: object, n: int) -> NDArray[np.float64]:
         targets = np.ascontiguousarray(np.asarray(y, dtype=np.float64))

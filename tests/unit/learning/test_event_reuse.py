@@ -136,3 +136,20 @@ def test_a_whole_vocabulary_event_reordered_is_learned_as_a_fresh_learner_learns
     fresh = warmed(ENCODERS["vocabulary"])
     fresh.learn_one(dict(event), label)
     assert dump_state(model) == dump_state(fresh)
+
+
+@pytest.mark.parametrize("kind", ENCODERS)
+def test_an_event_predicted_again_after_its_update_is_learned_with_the_new_weights(
+    kind: str,
+) -> None:
+    model = warmed(ENCODERS[kind])
+    event = {"alpha": 4.0, "beta": 1.0, "gamma": 0.5}
+    first = model.predict_one(event)
+    assert model.learn_one(event, not first)  # an update: the weights change
+    again = model.predict_one(event)  # the same dict, its row still in the buffers
+    assert again != first  # control: the scores of the first prediction no longer hold
+    assert not model.learn_one(event, again)  # scored right with the new weights: no update
+    fresh = warmed(ENCODERS[kind])
+    fresh.learn_one(dict(event), not first)
+    fresh.learn_one(dict(event), again)
+    assert dump_state(model) == dump_state(fresh)
