@@ -17,9 +17,10 @@ encoding the event, then one kernel. Both are kept lean:
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
   code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
-  encoder (``SingleEvent.binary_buffered``) through one flat path per call and the kernels'
-  compiled entries, the state's arrays passed as one :mod:`learning._state_pack` structure
-  when the prequential vote is not counted. Multiclass learners and the voted predictor take
+  encoder (``SingleEvent.binary_buffered``) through one Python frame per call
+  (:mod:`learning._one_binary`, the Perceptron's methods) and the kernels' compiled
+  entries, the state's arrays passed as one :mod:`learning._state_pack` structure when the
+  prequential vote is not counted. Multiclass learners and the voted predictor take
   the batch kernels with a batch of one.
 
 Encoders that do not vouch for their output (``validated_output`` false) go through

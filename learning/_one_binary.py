@@ -52,7 +52,7 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
     # learn_sparse with nothing asked again that cannot change from one event to the next (the
     # learner's kind, its encoder's guarantees), the compiled entry called here when the state's
     # arrays are regular; an event predict_one just scored that needs no update is counted
-    # without a compiled call (learned_as_scored).
+    # without a compiled call (learned as scored, below).
     target = learner.label_map.encode(y)
     encoder: Any = learner.encoder
     event = single.event
