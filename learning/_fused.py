@@ -139,7 +139,8 @@ def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
     max_voters: int,
     max_entries: int,
 ) -> int:
-    """:func:`learning._single.learn_binary_packed` of the row in the buffers, dense when its
+    """:func:`learning._single.learn_unvoted` of the row in the buffers on the arrays of a
+    :class:`learning._state_pack.StatePack` (one argument instead of ten), dense when its
     columns are 0 .. n-1 (decided here, not by the caller)."""
     dense = n > 0 and columns[n - 1] == n - 1
     return learn_unvoted(

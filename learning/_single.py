@@ -9,20 +9,19 @@ sums); with it, ``learn_binary`` on a batch of one; predictions run ``point_pred
 size nothing: when the voters' log needs room, the learning kernels return ``NEEDS_ROOM`` before
 changing anything and the caller grows it.
 
-Their callers skip numba's dispatcher: :func:`learn_packed_entry`, :func:`learn_one_entry` and
-:func:`predict_one_entry` are the machine code compiled for one signature
-(:func:`learning._kernels.compiled_entry`), called with arguments of exactly those types: the
-learner's row buffers and a state whose arrays are all writable and C-contiguous
-(``LinearState.irregular`` empty). :func:`learn_binary_packed` takes the state's arrays as one
-:class:`learning._state_pack.StatePack` (measured: about 0.35 µs a call instead of 0.8 µs for the
-19 arguments of :func:`learn_binary_one`, itself 2.2 µs through the dispatcher).
+Their callers skip numba's dispatcher: :func:`learn_one_entry` and :func:`predict_one_entry`
+(like :func:`learning._fused.learn_buffered_entry`) are the machine code compiled for one
+signature (:func:`learning._kernels.compiled_entry`), called with arguments of exactly those
+types: the learner's row buffers and a state whose arrays are all writable and C-contiguous
+(``LinearState.irregular`` empty). :func:`learning._fused.learn_buffered` takes the state's
+arrays as one :class:`learning._state_pack.StatePack` (measured: about 0.35 µs a call instead of
+0.8 µs for the 19 arguments of :func:`learn_binary_one`, itself 2.2 µs through the dispatcher).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Any
 
 import numpy as np
 from numba import types
@@ -46,7 +45,6 @@ from learning._kernels import (
 )
 from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
-from learning._state_pack import PACK_TYPE
 from learning._voter_index import LINK_FIELDS
 from learning._voters import NO_ROW, log_needs_room, open_entry
 
@@ -103,26 +101,6 @@ def learn_unvoted(  # noqa: PLR0917 - numba kernels take positional arrays
         close_update(counters, seen)
     counters[SEEN] = seen + 1
     return UPDATED if update else NO_UPDATE
-
-
-@_jit
-def learn_binary_packed(  # noqa: PLR0917 - numba kernels take positional arrays
-    pack: Any,
-    columns: Ints,
-    values: Floats,
-    n: int,
-    dense: bool,
-    target: float,
-    max_voters: int,
-    max_entries: int,
-) -> int:
-    """:func:`learn_unvoted` on the arrays of a :class:`learning._state_pack.StatePack` (one
-    argument instead of ten)."""
-    return learn_unvoted(
-        columns, values, n, dense, target, pack.weights, pack.weight_sums, pack.row_sq,
-        pack.log_counts, pack.log_rows, pack.log_start, pack.log_len, pack.log_cols,
-        pack.log_old, pack.counters, max_voters, max_entries,
-    )  # fmt: skip
 
 
 @_jit
@@ -205,18 +183,6 @@ PREDICT_ONE_TYPES = (
     INTS, FLOATS, types.int64, types.boolean, FLOAT_MATRIX, FLOAT_MATRIX, INTS, types.int64,
 )  # fmt: skip
 """The argument types of :func:`predict_binary_one` as predict_one passes them."""
-
-
-LEARN_PACKED_TYPES = (
-    PACK_TYPE, INTS, FLOATS, types.int64, types.boolean, types.float64, types.int64, types.int64,
-)  # fmt: skip
-"""The argument types of :func:`learn_binary_packed` as learn_one passes them."""
-
-
-@cache
-def learn_packed_entry() -> Callable[..., int]:
-    """The compiled :func:`learn_binary_packed` for LEARN_PACKED_TYPES."""
-    return compiled_entry(learn_binary_packed, LEARN_PACKED_TYPES)
 
 
 @cache
