@@ -54,3 +54,4 @@ soak: $(STAMP) system-deps bench-deps kafka-deps
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
 	find learning -name '*.nbi' -delete -o -name '*.nbc' -delete
+	find learning consumers -name '_aot_kernels*.so' -delete

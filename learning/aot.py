@@ -50,6 +50,12 @@ DIGEST_BITS: Final = 63
 """Bits of the sha-256 of the sources an extension keeps (a positive int64)."""
 COMPILER: Final = "numba"
 """The distribution whose version the digest includes (it compiles both ways)."""
+CPU_INFO: Final = Path("/proc/cpuinfo")
+CPU_FLAGS: Final = "flags"
+"""The line of :data:`CPU_INFO` naming the CPU's features."""
+TARGET_CPU: Final = "host"
+"""The CPU the extension is compiled for: the building machine's, as numba compiles for the
+machine it runs on (the digest includes the CPU's features, so another CPU finds it stale)."""
 Status = Literal["serving", "missing", "stale"]
 
 _NUMPY_DTYPES: Final = {
@@ -78,14 +84,13 @@ class _ArrayCheck:
     def accepts(self, value: Any) -> bool:
         if type(value) is not np.ndarray:
             return False
+        dtype = value.dtype
+        if not (dtype is self.dtype or dtype == self.dtype) or value.ndim != self.ndim:
+            return False
         flags = value.flags
-        return bool(
-            value.dtype == self.dtype
-            and value.ndim == self.ndim
-            and flags.c_contiguous
-            and flags.aligned
-            and (flags.writeable or not self.writable)
-        )
+        if self.writable:
+            return bool(flags.carray)  # C-contiguous, aligned and writable
+        return bool(flags.c_contiguous and flags.aligned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +175,23 @@ class Served:
         return self.export.accepts(args)
 
 
+def cpu_features() -> bytes:
+    """The running CPU's feature flags (Linux's ``/proc/cpuinfo``; empty where there is none)."""
+    try:
+        text = CPU_INFO.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return b""
+    for line in text.splitlines():
+        if line.startswith(CPU_FLAGS):
+            return line.encode()
+    return b""
+
+
 def source_digest(sources: Sequence[str]) -> int:
-    """The digest of the named modules' source files and the compiler's version (positive)."""
+    """The digest of the named modules' source files, the compiler's version and the CPU's
+    features (:data:`TARGET_CPU`), as a positive int64."""
     digest = hashlib.sha256(importlib.metadata.version(COMPILER).encode())
+    digest.update(cpu_features())
     for name in sorted(sources):
         found = importlib.util.find_spec(name)
         if found is None or found.origin is None:
@@ -237,6 +256,7 @@ def extension(spec: Spec, **options: Any) -> Any:
     dispatcher_type: type = importlib.import_module("numba.core.registry").CPUDispatcher
     package, _, name = spec.extension.rpartition(".")
     cc = pycc.CC(name, source_module=f"{package}.{SPEC_MODULE}")
+    cc.target_cpu = TARGET_CPU
     options_of: dict[Callable[..., Any], dict[str, Any]] = {}
     for export in spec.exports:
         module_name, _, qualname = export.kernel.rpartition(".")
