@@ -38,9 +38,10 @@ def extensions() -> list[object]:
     sys.path.insert(0, str(ROOT))
     bare_packages()
     aot = importlib.import_module("learning.aot")
-    # optional: without a C compiler the package installs without them (numba serves, see
+    # Without a C compiler the package installs without them (numba serves, see
     # learning/aot.py); a kernel that numba cannot compile still fails the build.
-    return [aot.extension(importlib.import_module(name).SPEC, optional=True) for name in SPECS]
+    built = [aot.extension(importlib.import_module(name).SPEC, optional=True) for name in SPECS]
+    return [extension for extension in built if extension is not None]
 
 
 with tempfile.TemporaryDirectory(prefix="novikoff-aot-") as cache:

@@ -244,13 +244,17 @@ def serving(module: str, qualname: str) -> Served | None:
 
 
 def extension(spec: Spec, **options: Any) -> Any:
-    """The setuptools extension compiling ``spec``'s kernels (imports numba; ``setup.py`` only).
+    """The setuptools extension compiling ``spec``'s kernels (imports numba; ``setup.py`` only),
+    or None where there is no C compiler (numba then serves the kernels).
 
     Each kernel is compiled with its own numba options (:mod:`learning.jit`): ``nogil`` releases
     the GIL, the error model and runtime are the kernel's. The compilation must not load numba's
     disk cache (cached machine code cannot be linked into the extension): ``setup.py`` points
     ``NUMBA_CACHE_DIR`` to an empty directory.
     """
+    if not importlib.import_module("numba.pycc.platform").external_compiler_works():
+        logger.warning("no C compiler: %s is not built (numba serves)", spec.extension)
+        return None
     pycc: Any = importlib.import_module("numba.pycc")
     compiler: Any = importlib.import_module("numba.pycc.compiler")
     dispatcher_type: type = importlib.import_module("numba.core.registry").CPUDispatcher
