@@ -134,7 +134,7 @@ class Deferred:
     def made(self) -> Any:
         """numba's object (imports numba: :func:`activate`)."""
         if self._made is None:
-            activate()
+            activate(f"{self.__module__}.{self.__qualname__}")
             self._build()
         return self._made
 
@@ -193,8 +193,9 @@ def _defer(func: Callable[..., Any], make: Callable[[], Any], options: dict[str,
         return deferred
 
 
-def activate() -> None:
-    """Import numba, make every deferred object and bind it where its :class:`Deferred` was.
+def activate(first_use: str = "") -> None:
+    """Import numba, make every deferred object and bind it where its :class:`Deferred` was
+    (``first_use``: the object whose use needs numba, for the log).
 
     The binding covers the module globals of every package that defined a deferred object
     (compiled code reads its callees from its module's globals); other references keep the
@@ -215,7 +216,7 @@ def activate() -> None:
             for key, value in list(namespace.items()):
                 if type(value) is Deferred:
                     namespace[key] = made[id(value)]
-        logger.info("numba compiles %d deferred kernels on first use", len(_registry))
+        logger.info("numba imported for %s: it serves %d deferred objects", first_use, len(made))
 
 
 def _njit(func: Callable[..., Any], options: dict[str, Any]) -> Any:
