@@ -198,7 +198,7 @@ def source_digest(sources: Sequence[str]) -> int:
             raise ValueError(f"no source file for module {name}")
         digest.update(name.encode())
         digest.update(Path(found.origin).read_bytes())
-    return int.from_bytes(digest.digest(), "big") >> (256 - DIGEST_BITS)
+    return int.from_bytes(digest.digest(), "big") >> (8 * digest.digest_size - DIGEST_BITS)
 
 
 def load(spec: Spec) -> tuple[Status, Any]:
