@@ -22,13 +22,8 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from numba import types
 
 from learning._kernels import (
-    BYTES,
-    FLOAT_MATRIX,
-    FLOATS,
-    INTS,
     PARTIAL_SUMS,
     SEEN,
     Floats,
@@ -40,10 +35,11 @@ from learning._kernels import (
 )
 from learning._scoring import point_prediction
 from learning._single import learn_unvoted
-from learning._state_pack import PACK_TYPE
+from learning._state_pack import pack_type
 from learning.encoders._common import MAX_ABS_FEATURE
 from learning.encoders._murmur import hashed_row
 from learning.encoders._packed import NO_ROW, packed_row
+from learning.jit import BYTES, FLOAT, FLOAT_MATRIX, FLOATS, INT, INTS
 
 NO_CODE = 0.0
 """The code of a row the weights do not cover (a prediction is ±1)."""
@@ -121,12 +117,12 @@ def predict_packed(  # noqa: PLR0917 - numba kernels take positional arrays
     return buffered_prediction(columns, values, n, weights, weight_sums, counters, which)
 
 
-PREDICTOR_TYPES = (INTS, FLOATS, FLOAT_MATRIX, FLOAT_MATRIX, INTS, types.int64)
+PREDICTOR_TYPES = (INTS, FLOATS, FLOAT_MATRIX, FLOAT_MATRIX, INTS, INT)
 """The buffers, the state's arrays and the predictor as both kernels take them."""
 PREDICT_HASHED_TYPES = (
-    BYTES, BYTES, types.int64, types.int64, types.int64, types.float64, *PREDICTOR_TYPES,
+    BYTES, BYTES, INT, INT, INT, FLOAT, *PREDICTOR_TYPES,
 )  # fmt: skip
-PREDICT_PACKED_TYPES = (BYTES, types.int64, types.float64, *PREDICTOR_TYPES)
+PREDICT_PACKED_TYPES = (BYTES, INT, FLOAT, *PREDICTOR_TYPES)
 
 
 @_jit
@@ -140,7 +136,7 @@ def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
     max_entries: int,
 ) -> int:
     """:func:`learning._single.learn_unvoted` of the row in the buffers on the arrays of a
-    :class:`learning._state_pack.StatePack` (one argument instead of ten), dense when its
+    :class:`learning._pack_type.StatePack` (one argument instead of ten), dense when its
     columns are 0 .. n-1 (decided here, not by the caller)."""
     dense = n > 0 and columns[n - 1] == n - 1
     return learn_unvoted(
@@ -150,15 +146,14 @@ def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
     )  # fmt: skip
 
 
-LEARN_BUFFERED_TYPES = (
-    PACK_TYPE, INTS, FLOATS, types.int64, types.float64, types.int64, types.int64,
-)  # fmt: skip
+LEARN_BUFFERED_TYPES = (INTS, FLOATS, INT, FLOAT, INT, INT)
+"""The argument types of :func:`learn_buffered` after the pack (:func:`pack_type`)."""
 
 
 @cache
 def learn_buffered_entry() -> Callable[..., int]:
-    """The compiled :func:`learn_buffered` for LEARN_BUFFERED_TYPES."""
-    return compiled_entry(learn_buffered, LEARN_BUFFERED_TYPES)
+    """The compiled :func:`learn_buffered` for a pack and LEARN_BUFFERED_TYPES."""
+    return compiled_entry(learn_buffered, (pack_type(), *LEARN_BUFFERED_TYPES))
 
 
 @cache

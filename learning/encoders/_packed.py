@@ -12,10 +12,10 @@ from collections.abc import Callable
 from functools import cache, lru_cache
 
 import numpy as np
-from numba import types
 from numpy.typing import NDArray
 
-from learning._kernels import BYTES, FLOATS, INTS, _jit, compiled_entry
+from learning._kernels import _jit, compiled_entry
+from learning.jit import BYTES, FLOAT, FLOATS, INT, INTS
 
 NO_ROW = -1
 PACKED_FLOAT = "d"
@@ -59,7 +59,7 @@ def packed_row(
     return int(count + offset)
 
 
-PACKED_ROW_TYPES = (BYTES, types.int64, types.float64, INTS, FLOATS)
+PACKED_ROW_TYPES = (BYTES, INT, FLOAT, INTS, FLOATS)
 
 
 @cache
