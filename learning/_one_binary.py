@@ -76,7 +76,7 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
             # seen. Its log-room check changes nothing, and it waits for the next update.
             scored_state, seen, score, total = scored
             counters = state.counters
-            if scored_state is state and counters[SEEN] == seen and target * score > 0.0:
+            if target * score > 0.0 and scored_state is state and counters[SEEN] == seen:
                 if (1.0 if total >= 0.0 else -1.0) != target:
                     counters[PQ_AVERAGED] += 1
                 counters[SEEN] = seen + 1

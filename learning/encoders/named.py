@@ -247,9 +247,10 @@ class VocabularyEncoder(ObjectEncoder):
         entries): (the row's length, its key or ``None``),
         as :meth:`HashingEncoder.encode_sparse_into <learning.HashingEncoder.encode_sparse_into>`.
 
-        An event listing the whole vocabulary in order is written by one compiled call from its
-        values packed as float64 and keyed by them (``IN_ORDER``, the packed bytes, n): the key
-        names one row, since the vocabulary only grows and so has one state of each size.
+        A ``dict`` event listing the whole vocabulary in order is written by one compiled call
+        from its values packed as float64 and keyed by them (``IN_ORDER``, the packed bytes, n):
+        the key names one row, since the vocabulary only grows and so has one state of each
+        size.
         """
         mapping = self._mapping(features)
         packed = self._packed_in_order(mapping)
