@@ -1,9 +1,12 @@
 # Two entry points for a fresh machine: `make run` (demo) and `make test` (every test).
-# Every target sets up what it needs; the venv is rebuilt only when pyproject.toml changes.
+# Every target sets up what it needs; the venv is rebuilt only when pyproject.toml changes, the
+# ahead-of-time compiled kernels (setup.py, learning/aot.py) when a source they compile from does.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+KERNELS := $(VENV)/.kernels-built
+KERNEL_SOURCES := setup.py $(wildcard learning/*.py learning/encoders/*.py consumers/decoding/*.py)
 
 .PHONY: run test lint unit integration e2e bench bench-deps kafka-deps soak system-deps clean
 
@@ -12,7 +15,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(KERNELS)
+
+$(KERNELS): $(STAMP) $(KERNEL_SOURCES)
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(KERNELS)
 
 system-deps:
 	bash scripts/system-deps.sh
@@ -25,7 +32,7 @@ bench-deps:
 kafka-deps:
 	PYTHON=$(PYTHON) bash scripts/kafka-deps.sh
 
-run: $(STAMP)
+run: $(KERNELS)
 	$(BIN)/novikoff demo
 
 lint: $(STAMP)
@@ -33,24 +40,25 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(KERNELS)
 	$(BIN)/pytest learning consumers service tests/unit
 
-integration: $(STAMP) system-deps kafka-deps
+integration: $(KERNELS) system-deps kafka-deps
 	$(BIN)/pytest -m "not soak" tests/integration
 
-e2e: $(STAMP) system-deps kafka-deps
+e2e: $(KERNELS) system-deps kafka-deps
 	$(BIN)/pytest tests/e2e
 
-test: $(STAMP) system-deps kafka-deps lint
+test: $(KERNELS) system-deps kafka-deps lint
 	$(BIN)/pytest -m "not soak"
 
-bench: $(STAMP) bench-deps kafka-deps
+bench: $(KERNELS) bench-deps kafka-deps
 	$(BIN)/python -m bench
 
-soak: $(STAMP) system-deps bench-deps kafka-deps
+soak: $(KERNELS) system-deps bench-deps kafka-deps
 	$(BIN)/pytest -m soak tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts
 	find learning -name '*.nbi' -delete -o -name '*.nbc' -delete
+	find learning consumers -name '_aot_kernels*.so' -delete

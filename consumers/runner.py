@@ -23,8 +23,9 @@ periodic checkpoint commits on the commit thread (:mod:`consumers.background_com
 loop goes on learning; that commit is settled before any other transactional step (the next
 checkpoint, a dead letter, an abort, a restore, the shutdown), so the next transaction begins
 only after it ended. On assignment the owner fences its predecessors, restores the newest
-committed state and seeks to it; a failed transaction voids everything since the last commit,
-including what was learned while it was under way.
+committed state and seeks to it, its partitions paused until then (nothing is fetched from a
+position the restored state does not confirm); a failed transaction voids everything since the
+last commit, including what was learned while it was under way.
 
 Rebalances: partitions being revoked (or lost) are checkpointed first; newly assigned ones are
 positioned at the engine's next offsets. The listener runs on kafka-python's IO thread while the

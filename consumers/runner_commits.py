@@ -205,9 +205,10 @@ class RunnerCommits(RunnerHealth):
         """Fence, restore and seek after an assignment, or drop void work.
 
         Returns the polled records the round may go on with (``None``: none, end the round).
-        After an activation, a partition's records are kept when they start at the restored next
-        offset (:func:`_resuming`); the others are dropped and their partitions sought to the
-        restored offsets.
+        The assigned partitions were paused on assignment (:meth:`_on_assigned`), so nothing of
+        theirs was fetched before the restore; after the activation they are sought to the
+        restored offsets and resumed. A partition's polled records are kept only when they start
+        at the restored next offset (:func:`_resuming`); any other polled records are dropped.
         """
         owner = self._owner
         assert owner is not None
@@ -231,6 +232,7 @@ class RunnerCommits(RunnerHealth):
                 kept = _resuming(self._engine, polled, assigned)
                 self._seek_to_engine(consumer, [tp for tp in assigned if tp not in kept])
                 self._engine.set_owned((tp.topic, tp.partition) for tp in assigned)
+                consumer.resume(*assigned)
                 logger.info(
                     "owner of %s; resuming from the restored state", _partition_names(assigned)
                 )
@@ -302,7 +304,11 @@ class RunnerCommits(RunnerHealth):
         if consumer is None:
             return
         if self._owner is not None:
-            # Seeking waits for the restore on the consumer thread (_transactional_turn).
+            # Seeking waits for the restore on the consumer thread (_transactional_turn); until
+            # then the partitions stay paused, so no record is fetched from a position the
+            # restored state may not confirm (Kafka Streams restores paused tasks the same way).
+            if partitions:
+                consumer.pause(*partitions)
             self._owner.activation_needed = bool(partitions)
             if not partitions:
                 self._owner.close(timeout=0)

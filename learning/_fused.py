@@ -23,10 +23,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from numba import types
-
 from learning._kernels import (
-    BYTES,
     SEEN,
     _inline,
     _jit,
@@ -35,10 +32,11 @@ from learning._kernels import (
 )
 from learning._scoring import point_prediction
 from learning._single import learn_unvoted
-from learning._state_pack import EVENT_PACK_TYPE, PACK_TYPE
+from learning._state_pack import pack_types
 from learning.encoders._common import MAX_ABS_FEATURE
 from learning.encoders._murmur import hashed_row
 from learning.encoders._packed import NO_ROW, values_row
+from learning.jit import BYTES, FLOAT, INT
 
 NO_CODE = 0.0
 """The code of a row the weights do not cover (a prediction is ±1)."""
@@ -75,17 +73,17 @@ def buffered_prediction(
 
 @_jit
 def predict_hashed(  # noqa: PLR0917 - numba kernels take positional arrays
+    state: Any,
+    event: Any,
     names: bytes,
     packed: bytes,
     count: int,
     n_buckets: int,
     offset: int,
-    state: Any,
-    event: Any,
     which: int,
 ) -> Scored:
-    """:data:`Scored` of a murmur3 event (the arguments of ``hashed_row`` but its limit and
-    buffers, then a state pack, an event pack and the predictor)."""
+    """:data:`Scored` of a murmur3 event (a state pack, an event pack, the arguments of
+    ``hashed_row`` but its limit and buffers, then the predictor)."""
     n = hashed_row(
         names, packed, count, n_buckets, offset, MAX_ABS_FEATURE, event.columns, event.values
     )
@@ -105,10 +103,10 @@ def predict_packed(state: Any, event: Any, count: int, offset: int, which: int) 
     return buffered_prediction(event, n, state, which)
 
 
-PREDICT_HASHED_TYPES = (
-    BYTES, BYTES, types.int64, types.int64, types.int64, PACK_TYPE, EVENT_PACK_TYPE, types.int64,
-)  # fmt: skip
-PREDICT_PACKED_TYPES = (PACK_TYPE, EVENT_PACK_TYPE, types.int64, types.int64, types.int64)
+PREDICT_HASHED_TYPES = (BYTES, BYTES, INT, INT, INT, INT)
+"""The argument types of :func:`predict_hashed` after the two packs (:func:`pack_types`)."""
+PREDICT_PACKED_TYPES = (INT, INT, INT)
+"""The argument types of :func:`predict_packed` after the two packs (:func:`pack_types`)."""
 
 
 @_jit
@@ -132,27 +130,26 @@ def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
     )  # fmt: skip
 
 
-LEARN_BUFFERED_TYPES = (
-    PACK_TYPE, EVENT_PACK_TYPE, types.int64, types.float64, types.int64, types.int64,
-)  # fmt: skip
+LEARN_BUFFERED_TYPES = (INT, FLOAT, INT, INT)
+"""The argument types of :func:`learn_buffered` after the two packs (:func:`pack_types`)."""
 
 
 @cache
 def learn_buffered_entry() -> Callable[..., int]:
-    """The compiled :func:`learn_buffered` for LEARN_BUFFERED_TYPES."""
-    return compiled_entry(learn_buffered, LEARN_BUFFERED_TYPES)
+    """The compiled :func:`learn_buffered` for the two packs and LEARN_BUFFERED_TYPES."""
+    return compiled_entry(learn_buffered, (*pack_types(), *LEARN_BUFFERED_TYPES))
 
 
 @cache
 def predict_hashed_entry() -> Callable[..., Scored]:
-    """The compiled :func:`predict_hashed` for PREDICT_HASHED_TYPES."""
-    return compiled_entry(predict_hashed, PREDICT_HASHED_TYPES)
+    """The compiled :func:`predict_hashed` for the two packs and PREDICT_HASHED_TYPES."""
+    return compiled_entry(predict_hashed, (*pack_types(), *PREDICT_HASHED_TYPES))
 
 
 @cache
 def predict_packed_entry() -> Callable[..., Scored]:
-    """The compiled :func:`predict_packed` for PREDICT_PACKED_TYPES."""
-    return compiled_entry(predict_packed, PREDICT_PACKED_TYPES)
+    """The compiled :func:`predict_packed` for the two packs and PREDICT_PACKED_TYPES."""
+    return compiled_entry(predict_packed, (*pack_types(), *PREDICT_PACKED_TYPES))
 
 
 NOT_BUILT: Scored = (NO_ROW, NO_CODE, 0.0, 0.0, 0)
@@ -194,7 +191,7 @@ def predict_hashed_event(  # noqa: PLR0917 - the kernel's arguments, passed on
         return NOT_BUILT
     n_buckets, offset = single.constants
     return predict_hashed_entry()(
-        content[0], content[1], len(mapping), n_buckets, offset, state, event, which
+        state, event, content[0], content[1], len(mapping), n_buckets, offset, which
     )
 
 

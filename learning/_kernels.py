@@ -69,11 +69,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
-from numba import types
 from numpy.typing import NDArray
 
 from learning import _rng
-from learning.jit import jit, jit_inline
+from learning.jit import Deferred, jit, jit_inline, numba_types
 
 logger = logging.getLogger(__name__)
 
@@ -129,24 +128,20 @@ _inline = jit_inline
 costs about 0.1 µs (measured), more than the helper's own work on a sparse row of twenty entries."""
 
 
-FLOATS = types.Array(types.float64, 1, "C")
-FLOAT_MATRIX = types.Array(types.float64, 2, "C")
-INTS = types.Array(types.int64, 1, "C")
-INT_MATRIX = types.Array(types.int64, 2, "C")
-BYTES = types.Bytes(types.uint8, 1, "C", readonly=True)
-"""numba's types of the arguments the single-event entries take (see compiled_entry)."""
-
-
 def compiled_entry(kernel: Callable[..., Any], signature: tuple[Any, ...]) -> Callable[..., Any]:
-    """The machine code of ``kernel`` for the argument types ``signature``, compiled or loaded
-    from the disk cache (``Dispatcher.compile`` returns it).
+    """The machine code of ``kernel`` for the argument types ``signature`` (numba's signature
+    strings, :mod:`learning.jit`): the ahead-of-time compiled function when it serves exactly
+    these types (:meth:`learning.jit.Deferred.compiled`), else compiled or loaded from numba's
+    disk cache (``Dispatcher.compile`` returns it).
 
     Calling it skips the dispatcher's resolution of each argument's type (about half a call's
     cost for many arguments, measured), so a caller must pass exactly those types: writable,
     C-contiguous arrays of the declared dtype and dimensions; plain ints, floats and bools.
     """
+    if isinstance(kernel, Deferred):
+        return kernel.compiled(signature)
     dispatcher: Any = kernel
-    return cast(Callable[..., Any], dispatcher.compile(signature))
+    return cast(Callable[..., Any], dispatcher.compile(numba_types(signature)))
 
 
 # --------------------------------------------------------------------------- primitives

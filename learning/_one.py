@@ -46,7 +46,7 @@ from learning._arrays import (
 from learning._fused import Source, fused_source
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
-from learning._state_pack import StatePack, event_pack
+from learning._state_pack import event_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.encoders._common import PLAIN_NUMBER_TYPES
@@ -105,7 +105,7 @@ class SingleEvent:
     """Bytes of one entry of the learner's voters' log (``max_voter_bytes`` // this = entries)."""
     raw: bytearray = field(default_factory=bytearray)
     """An event's values packed as float64 (room for the encoder's ``max_features_per_event``)."""
-    pack: StatePack | None = None
+    pack: Any = None
     """The event pack of ``raw``, ``columns``, ``values`` (:func:`learning._state_pack.event_pack`;
     None: made on next use, as after a copy or a pickle, which forget it)."""
 
@@ -144,7 +144,7 @@ def single_event(learner: LinearLearner) -> SingleEvent:
     return single
 
 
-def buffers_pack(single: SingleEvent) -> StatePack:
+def buffers_pack(single: SingleEvent) -> Any:
     """The event pack of the single-event buffers, made when there is none."""
     pack = single.pack
     if pack is None:

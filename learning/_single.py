@@ -14,7 +14,7 @@ Their callers skip numba's dispatcher: :func:`learn_one_entry` and :func:`predic
 signature (:func:`learning._kernels.compiled_entry`), called with arguments of exactly those
 types: the learner's row buffers and a state whose arrays are all writable and C-contiguous
 (``LinearState.irregular`` empty). :func:`learning._fused.learn_buffered` takes the state's
-arrays as one :class:`learning._state_pack.StatePack` (measured: about 0.35 µs a call instead of
+arrays as one :class:`learning._pack_type.StatePack` (measured: about 0.35 µs a call instead of
 0.8 µs for the 19 arguments of :func:`learn_binary_one`, itself 2.2 µs through the dispatcher).
 """
 
@@ -24,15 +24,10 @@ from collections.abc import Callable
 from functools import cache
 
 import numpy as np
-from numba import types
 
 from learning._binary_step import close_update, count_mistakes
 from learning._kernels import (
     BORN_MODEL,
-    FLOAT_MATRIX,
-    FLOATS,
-    INT_MATRIX,
-    INTS,
     PARTIAL_SUMS,
     SEEN,
     Floats,
@@ -47,6 +42,7 @@ from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
 from learning._voter_index import LINK_FIELDS
 from learning._voters import NO_ROW, log_needs_room, open_entry
+from learning.jit import BOOL, FLOAT, FLOAT_MATRIX, FLOATS, INT, INT_MATRIX, INTS
 
 NO_CHECK = 0.0
 """The ``limit`` of a kernel whose row was checked beforehand (the encoder vouches for it)."""
@@ -174,13 +170,13 @@ def predict_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 LEARN_ONE_TYPES = (
-    INTS, FLOATS, types.int64, types.boolean, types.float64, FLOAT_MATRIX, FLOAT_MATRIX, FLOATS,
-    INTS, INT_MATRIX, INTS, INTS, INTS, FLOAT_MATRIX, INTS, FLOAT_MATRIX, types.int64,
-    types.int64, types.boolean,
+    INTS, FLOATS, INT, BOOL, FLOAT, FLOAT_MATRIX, FLOAT_MATRIX, FLOATS,
+    INTS, INT_MATRIX, INTS, INTS, INTS, FLOAT_MATRIX, INTS, FLOAT_MATRIX, INT,
+    INT, BOOL,
 )  # fmt: skip
 """The argument types of :func:`learn_binary_one` as learn_one passes them."""
 PREDICT_ONE_TYPES = (
-    INTS, FLOATS, types.int64, types.boolean, FLOAT_MATRIX, FLOAT_MATRIX, INTS, types.int64,
+    INTS, FLOATS, INT, BOOL, FLOAT_MATRIX, FLOAT_MATRIX, INTS, INT,
 )  # fmt: skip
 """The argument types of :func:`predict_binary_one` as predict_one passes them."""
 

@@ -3,8 +3,9 @@
 
 A call into compiled code costs about 55 ns per array argument (each is unboxed; measured), so
 the ten state arrays cost more than the one-event kernel's work on a short row. A
-:class:`StatePack` (a numba ``StructRef``) holds references to those same arrays: the kernel
-reads and writes their own memory, and the call unboxes one object instead of ten.
+:class:`learning._pack_type.StatePack` (a numba ``StructRef``) holds references to those same
+arrays: the kernel reads and writes their own memory, and the call unboxes one object instead
+of ten.
 
 A pack is made for a state whose arrays are all writable and C-contiguous (the types of
 ``PACK_TYPE``) and kept in the state's ``__dict__`` under ``PACK_KEY``;
@@ -16,17 +17,20 @@ An event pack holds a learner's single-event buffers (``learning._one.SingleEven
 values packed as float64, the row's columns and values, the scratch of a sparse row's scores).
 Those buffers are never replaced, so it is made once and kept with them; copies and pickles
 forget it too (the copy's next event makes one over its own buffers).
+
+The numba side of both packs (their types, their Python class, the kernels making them) is
+:mod:`learning._pack_type`, imported on a pack's first use: importing it imports numba
+(:mod:`learning.jit`, Deferred numba).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba.core import types
-from numba.experimental import structref
 
-from learning._kernels import FLOAT_MATRIX, FLOATS, INT_MATRIX, INTS, PARTIAL_SUMS, _jit
+from learning._kernels import PARTIAL_SUMS
+from learning.jit import FLOAT_MATRIX, FLOATS, INT_MATRIX, INTS
 
 if TYPE_CHECKING:
     from learning._arrays import LinearState
@@ -56,83 +60,29 @@ EVENT_PACK_FIELDS = (
 ``struct.pack_into``), the row's columns and values, PARTIAL_SUMS of scratch."""
 
 
-@structref.register
-class StatePackType(types.StructRef):
-    """numba's type of a :class:`StatePack`."""
+def pack_types() -> tuple[Any, Any]:
+    """numba's types of a state pack and of an event pack
+    (:data:`learning._pack_type.PACK_TYPE`, :data:`learning._pack_type.EVENT_PACK_TYPE`)."""
+    from learning._pack_type import EVENT_PACK_TYPE, PACK_TYPE  # noqa: PLC0415 - numba on first use
 
-    def preprocess_fields(self, fields: Any) -> tuple[tuple[str, Any], ...]:
-        unliteral: Any = types.unliteral
-        return tuple((name, unliteral(kind)) for name, kind in fields)
-
-
-def forgotten() -> None:
-    """What a copied or unpickled pack becomes (see the module docs): nothing."""
+    return PACK_TYPE, EVENT_PACK_TYPE
 
 
-class StatePack(structref.StructRefProxy):
-    """The Python side of a pack: opaque, passed to compiled code only."""
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return forgotten, ()
-
-
-_numba_structref: Any = structref  # numba ships no type information
-_numba_structref.define_boxing(StatePackType, StatePack)
-_pack_type: Any = StatePackType
-PACK_TYPE = _pack_type(PACK_FIELDS)
-EVENT_PACK_TYPE = _pack_type(EVENT_PACK_FIELDS)
-
-
-@_jit
-def new_pack(  # noqa: PLR0917 - numba kernels take positional arrays
-    weights: Any,
-    weight_sums: Any,
-    row_sq: Any,
-    log_counts: Any,
-    log_rows: Any,
-    log_start: Any,
-    log_len: Any,
-    log_cols: Any,
-    log_old: Any,
-    counters: Any,
-) -> Any:
-    """A :class:`StatePack` holding these arrays."""
-    pack = _numba_structref.new(PACK_TYPE)
-    pack.weights = weights
-    pack.weight_sums = weight_sums
-    pack.row_sq = row_sq
-    pack.log_counts = log_counts
-    pack.log_rows = log_rows
-    pack.log_start = log_start
-    pack.log_len = log_len
-    pack.log_cols = log_cols
-    pack.log_old = log_old
-    pack.counters = counters
-    return pack
-
-
-def state_pack(state: LinearState) -> StatePack:
+def state_pack(state: LinearState) -> Any:
     """The state's pack, made when it has none; only for a state whose ``irregular`` is empty."""
     pack = state.__dict__.get(PACK_KEY)
     if pack is None:
+        from learning._pack_type import new_pack  # noqa: PLC0415 - numba on first use
+
         pack = new_pack(*(getattr(state, name) for name, _ in PACK_FIELDS))
         state.__dict__[PACK_KEY] = pack
-    return cast(StatePack, pack)
-
-
-@_jit
-def new_event_pack(raw: Any, columns: Any, values: Any, partial: Any) -> Any:
-    """A pack of EVENT_PACK_TYPE holding these arrays."""
-    pack = _numba_structref.new(EVENT_PACK_TYPE)
-    pack.raw = raw
-    pack.columns = columns
-    pack.values = values
-    pack.partial = partial
     return pack
 
 
-def event_pack(raw: bytearray, columns: Any, values: Any) -> StatePack:
+def event_pack(raw: bytearray, columns: Any, values: Any) -> Any:
     """A pack of the single-event buffers: ``raw`` seen as float64, the row's ``columns`` and
     ``values`` (C-contiguous int64 and float64), and fresh scratch."""
+    from learning._pack_type import new_event_pack  # noqa: PLC0415 - numba on first use
+
     floats = np.frombuffer(raw, dtype=np.float64)
-    return cast(StatePack, new_event_pack(floats, columns, values, np.zeros(PARTIAL_SUMS)))
+    return new_event_pack(floats, columns, values, np.zeros(PARTIAL_SUMS))

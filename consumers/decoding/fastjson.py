@@ -49,11 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from llvmlite import ir  # type: ignore[import-untyped]
-from numba.core import cgutils, types
-from numba.core.extending import intrinsic
 
-from learning.jit import jit_no_runtime
+from learning.jit import intrinsic, jit_no_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +177,9 @@ def powers_of_five() -> tuple[np.ndarray, np.ndarray]:
 
 def _multiply_intrinsic(typingctx: Any, a: Any, b: Any) -> Any:  # pragma: no cover - compiled
     """The full 128-bit product of two uint64, as (high, low)."""
+    from llvmlite import ir  # type: ignore[import-untyped]  # noqa: PLC0415
+    from numba.core import types  # noqa: PLC0415 - numba on first use
+
     signature = types.UniTuple(types.uint64, 2)(types.uint64, types.uint64)  # type: ignore[no-untyped-call]
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -195,6 +195,9 @@ def _multiply_intrinsic(typingctx: Any, a: Any, b: Any) -> Any:  # pragma: no co
 
 def _leading_zeros_intrinsic(typingctx: Any, value: Any) -> Any:  # pragma: no cover - compiled
     """Number of leading zero bits of a uint64 (64 for zero)."""
+    from llvmlite import ir  # noqa: PLC0415 - numba on first use
+    from numba.core import cgutils, types  # noqa: PLC0415 - numba on first use
+
     signature = types.uint64(types.uint64)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -210,6 +213,9 @@ def _leading_zeros_intrinsic(typingctx: Any, value: Any) -> Any:  # pragma: no c
 
 def _bits_to_double_intrinsic(typingctx: Any, bits: Any) -> Any:  # pragma: no cover - compiled
     """The double whose IEEE 754 bit pattern is ``bits``."""
+    from llvmlite import ir  # noqa: PLC0415 - numba on first use
+    from numba.core import types  # noqa: PLC0415 - numba on first use
+
     signature = types.float64(types.uint64)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -225,6 +231,9 @@ def _load_word_intrinsic(
 
     The caller guarantees ``position + 8 <= len(data)``.
     """
+    from llvmlite import ir  # noqa: PLC0415 - numba on first use
+    from numba.core import types  # noqa: PLC0415 - numba on first use
+
     signature = types.uint64(data, types.intp)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:

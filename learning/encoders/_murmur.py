@@ -22,10 +22,10 @@ from collections.abc import Callable
 from functools import cache
 
 import numpy as np
-from numba import types
 from numpy.typing import NDArray
 
-from learning._kernels import BYTES, FLOATS, INTS, _inline, _jit, compiled_entry
+from learning._kernels import _inline, _jit, compiled_entry
+from learning.jit import BYTES, FLOAT, FLOATS, INT, INTS
 
 MURMUR_C1 = 0xCC9E2D51
 MURMUR_C2 = 0x1B873593
@@ -247,7 +247,7 @@ def write_row(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 HASHED_ROW_TYPES = (
-    BYTES, BYTES, types.int64, types.int64, types.int64, types.float64, INTS, FLOATS,
+    BYTES, BYTES, INT, INT, INT, FLOAT, INTS, FLOATS,
 )  # fmt: skip
 
 

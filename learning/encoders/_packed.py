@@ -13,10 +13,10 @@ from collections.abc import Callable
 from functools import cache, lru_cache
 
 import numpy as np
-from numba import types
 from numpy.typing import NDArray
 
-from learning._kernels import BYTES, FLOATS, INTS, _inline, _jit, compiled_entry
+from learning._kernels import _inline, _jit, compiled_entry
+from learning.jit import BYTES, FLOAT, FLOATS, INT, INTS
 
 NO_ROW = -1
 PACKED_FLOAT = "d"
@@ -74,7 +74,7 @@ def packed_row(
     return values_row(values, values.shape[0], offset, limit, out_columns, out_values)
 
 
-PACKED_ROW_TYPES = (BYTES, types.int64, types.float64, INTS, FLOATS)
+PACKED_ROW_TYPES = (BYTES, INT, FLOAT, INTS, FLOATS)
 
 
 @cache

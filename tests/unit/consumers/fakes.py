@@ -71,6 +71,9 @@ class FakeConsumer:
         self.subscribed = False
         self.metadata_before_join: list[str] = []
         """Topics whose metadata was fetched after ``subscribe`` and before the first poll."""
+        self.paused: set[Any] = set()
+        self.delivered = 0
+        """How many records the polls returned in all (a record read twice counts twice)."""
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         if self.subscribed and not self.poll_calls:
@@ -89,10 +92,11 @@ class FakeConsumer:
         if self.pending_assignment is not None:
             assignment, self.pending_assignment = self.pending_assignment, None
             self.assigned = set(assignment)
+            self.paused.clear()  # as kafka-python: a new assignment starts unpaused
             self.listener.on_partitions_assigned(assignment)
         out: dict[Any, list[Record]] = {}
         budget = max_records or 500
-        for tp in sorted(self.assigned):
+        for tp in sorted(self.assigned - self.paused):
             log = self.logs[(tp.topic, tp.partition)]
             start = self.positions.get(tp, 0)
             chunk = log[start : start + budget]
@@ -102,7 +106,18 @@ class FakeConsumer:
                 ]
                 self.positions[tp] = start + len(chunk)
                 budget -= len(chunk)
+                self.delivered += len(chunk)
         return out
+
+    def pause(self, *partitions: Any) -> None:
+        for tp in partitions:
+            self.events.append(f"pause {tp.topic}/{tp.partition}")
+            self.paused.add(TopicPartition(tp.topic, tp.partition))
+
+    def resume(self, *partitions: Any) -> None:
+        for tp in partitions:
+            self.events.append(f"resume {tp.topic}/{tp.partition}")
+            self.paused.discard(TopicPartition(tp.topic, tp.partition))
 
     def seek(self, partition: Any, offset: int) -> None:
         self.events.append(f"seek {partition.topic}/{partition.partition}@{offset}")

@@ -87,15 +87,24 @@ class HeldProducer:
         self.calls.append("close")
 
 
+def events_log() -> list[bytes]:
+    """The ``EVENTS`` events of the in-memory partition."""
+    return [ev(float(i % 7) - 3, 1 if i % 2 else -1) for i in range(EVENTS)]
+
+
 def runner_over(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, producer: HeldProducer
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    producer: HeldProducer,
+    consumer: FakeConsumer | None = None,
 ) -> tuple[ConsumerRunner, Engine]:
-    """A transactional runner over one in-memory partition of ``EVENTS`` events."""
+    """A transactional runner over ``consumer`` (default: one in-memory partition of
+    :func:`events_log`)."""
     monkeypatch.setattr(consumers.transactions, "state_topic_candidate", lambda *args: None)
     monkeypatch.setattr(
         consumers.runner, "Owner", functools.partial(Owner, build_producer=lambda c: producer)
     )
-    log = [ev(float(i % 7) - 3, 1 if i % 2 else -1) for i in range(EVENTS)]
+    source = consumer or FakeConsumer({("t", 0): events_log()})
     engine = new_engine()
     runner = ConsumerRunner(
         engine,
@@ -104,7 +113,7 @@ def runner_over(
             checkpoint_every_events=EVERY,
             transactions=TransactionSettings("t.state", "t", warm_standby=False),
         ),
-        consumer_factory=lambda s: FakeConsumer({("t", 0): log}),
+        consumer_factory=lambda s: source,
     )
     return runner, engine
 

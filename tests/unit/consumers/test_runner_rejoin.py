@@ -1,4 +1,5 @@
-"""The runner's guards around group rejoins under exactly-once: stranded joins, kept records.
+"""The runner's guards around group rejoins under exactly-once: stranded joins, paused
+partitions until the takeover, kept records.
 
 The real sequence (a join kafka-python leaves unfinished) runs against Apache Kafka in
 ``tests/integration/test_group_rejoin.py``; these pin the two decisions on stand-ins.
@@ -7,6 +8,8 @@ The real sequence (a join kafka-python leaves unfinished) runs against Apache Ka
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +18,14 @@ from consumers.engine import Engine
 from consumers.kafka_compat import resume_stranded_join
 from consumers.runner_commits import _resuming
 from learning import BoundTracker, DenseEncoder, LabelMap, Perceptron
-from tests.unit.consumers.fakes import TopicPartition
+from tests.unit.consumers.fakes import FakeConsumer, TopicPartition
+from tests.unit.consumers.test_background_commit import (
+    EVENTS,
+    HeldProducer,
+    events_log,
+    runner_over,
+)
+from tests.unit.consumers.test_runner import TIMEOUT_S, wait_until
 
 
 class _Coordinator:
@@ -79,3 +89,45 @@ def test_only_records_starting_at_the_restored_offset_are_kept() -> None:
     }
     kept = _resuming(engine, polled, {at, past, unknown})
     assert kept == {at: polled[at]}
+
+
+class _Watched(FakeConsumer):
+    """Notes, for every poll that returned records, whether the owner had fenced by then."""
+
+    def __init__(self, producer: HeldProducer) -> None:
+        super().__init__({("t", 0): events_log()})
+        self._producer = producer
+        self.fenced_before: list[bool] = []
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Record]]:
+        polled = super().poll(timeout_ms, max_records)
+        if polled:
+            self.fenced_before.append("init" in self._producer.calls)
+        return polled
+
+
+@pytest.mark.parametrize("pausing", [True, False], ids=["paused-until-restored", "control"])
+def test_no_record_is_fetched_before_the_takeover_restored_its_partition(
+    pausing: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    producer = HeldProducer()
+    producer.gate.set()
+    consumer = _Watched(producer)
+    if not pausing:
+        monkeypatch.setattr(consumer, "pause", lambda *partitions: None)
+    runner, engine = runner_over(monkeypatch, tmp_path, producer, consumer)
+    runner.start()
+    try:
+        wait_until(lambda: engine.applied >= EVENTS)
+    finally:
+        assert runner.stop(timeout=TIMEOUT_S)
+    assert engine.snapshot.seen == engine.applied == EVENTS
+    if pausing:
+        # The first fetch waits for the takeover, and no record is read twice.
+        assert consumer.events[0] == "pause t/0"
+        assert all(consumer.fenced_before)
+        assert consumer.delivered == EVENTS
+    else:
+        # The first batch, fetched before the restore, is dropped and read again.
+        assert consumer.fenced_before[0] is False
+        assert consumer.delivered > EVENTS
