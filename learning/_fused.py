@@ -26,7 +26,6 @@ from typing import Any
 from learning._kernels import (
     SEEN,
     _inline,
-    _jit,
     compiled_entry,
     row_scores,
 )
@@ -36,7 +35,7 @@ from learning._state_pack import pack_types
 from learning.encoders._common import MAX_ABS_FEATURE
 from learning.encoders._murmur import hashed_row
 from learning.encoders._packed import NO_ROW, values_row
-from learning.jit import BYTES, FLOAT, INT
+from learning.jit import BYTES, FLOAT, INT, jit_held
 
 NO_CODE = 0.0
 """The code of a row the weights do not cover (a prediction is ±1)."""
@@ -71,7 +70,7 @@ def buffered_prediction(
     return n, code, score, total, seen
 
 
-@_jit
+@jit_held
 def predict_hashed(  # noqa: PLR0917 - numba kernels take positional arrays
     state: Any,
     event: Any,
@@ -92,7 +91,7 @@ def predict_hashed(  # noqa: PLR0917 - numba kernels take positional arrays
     return buffered_prediction(event, n, state, which)
 
 
-@_jit
+@jit_held
 def predict_packed(state: Any, event: Any, count: int, offset: int, which: int) -> Scored:
     """:data:`Scored` of a whole-vocabulary event whose ``count`` values are packed in the
     event pack's ``raw`` (the arguments of ``values_row`` but its limit and buffers, with a
@@ -109,7 +108,7 @@ PREDICT_PACKED_TYPES = (INT, INT, INT)
 """The argument types of :func:`predict_packed` after the two packs (:func:`pack_types`)."""
 
 
-@_jit
+@jit_held
 def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
     state: Any,
     event: Any,
