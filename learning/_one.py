@@ -30,7 +30,7 @@ Encoders that do not vouch for their output (``validated_output`` false) go thro
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,9 +46,11 @@ from learning._arrays import (
 from learning._fused import Source, fused_source
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
+from learning._state_pack import event_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.encoders._common import PLAIN_NUMBER_TYPES
+from learning.encoders._packed import PACKED_FLOAT_BYTES
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
 
@@ -101,6 +103,11 @@ class SingleEvent:
     depending on the order of the names (-1: the rows always depend on it)."""
     entry_size: int = 1
     """Bytes of one entry of the learner's voters' log (``max_voter_bytes`` // this = entries)."""
+    raw: bytearray = field(default_factory=bytearray)
+    """An event's values packed as float64 (room for the encoder's ``max_features_per_event``)."""
+    pack: Any = None
+    """The event pack of ``raw``, ``columns``, ``values`` (:func:`learning._state_pack.event_pack`;
+    None: made on next use, as after a copy or a pickle, which forget it)."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -129,11 +136,20 @@ def single_event(learner: LinearLearner) -> SingleEvent:
         )
         touched = MULTICLASS_ROWS_TOUCHED if learner.multiclass else BINARY_ROWS_TOUCHED
         single.entry_size = entry_bytes(touched)
+        single.raw = bytearray(max(capacity - 1, 0) * PACKED_FLOAT_BYTES)
         fused = fused_source(learner.encoder) if single.binary_buffered else None
         if fused is not None:
             single.source, single.constants, single.order_free = fused
         learner.__dict__[SINGLE_EVENT_KEY] = single
     return single
+
+
+def buffers_pack(single: SingleEvent) -> Any:
+    """The event pack of the single-event buffers, made when there is none."""
+    pack = single.pack
+    if pack is None:
+        pack = single.pack = event_pack(single.raw, single.columns, single.values)
+    return pack
 
 
 def dense_columns(single: SingleEvent, n: int) -> NDArray[np.int64]:

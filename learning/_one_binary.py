@@ -4,7 +4,7 @@
 ``binary_buffered`` learner (``learning._one.SingleEvent``) runs here before its kernel with no
 other Python call than the ones doing work: the label's sign, the encoder's row (through the
 fused prediction of :mod:`learning._fused`), :func:`learning._one.holds`,
-:func:`learning._one.snapshot`, each called once.
+each called once, and the snapshot of the event (:func:`learning._one.snapshot`) taken inline.
 Nothing is cached between events beyond the learner's single-event buffers, so whatever replaces
 the state, the encoder, the label map or a hyperparameter is seen at the next event. Any other
 learner or event takes the general paths of :mod:`learning._one`.
@@ -15,20 +15,19 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from learning import _kernels as k
 from learning import _one, _single
 from learning._arrays import NO_COLUMNS
 from learning._fused import NO_CODE, learn_buffered_entry
-from learning._kernels import PQ_AVERAGED, SEEN
+from learning._kernels import PQ_AVERAGED, SEEN, VOTED
 from learning._one import (
     SINGLE_EVENT_KEY,
     buffered_row,
+    buffers_pack,
     holds,
     predict_one_general,
     single_event,
-    snapshot,
 )
-from learning._state_pack import state_pack
+from learning._state_pack import PACK_KEY, state_pack
 from learning.encoders._packed import NO_ROW
 from learning.predictor import PREDICTOR_CODES
 
@@ -56,8 +55,10 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
     target = learner.label_map.encode(y)
     encoder: Any = learner.encoder
     event = single.event
-    held = event is not None and holds(event, x)
-    n = event[3] if event is not None and held else buffered_row(encoder, single, x, True)
+    if event is not None and holds(event, x):
+        held, n = True, event[3]
+    else:
+        held, n = False, buffered_row(encoder, single, x, True)
     state = learner._state
     dimension = encoder.dimension
     if dimension > state.weights.shape[1]:
@@ -75,7 +76,7 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
             # seen. Its log-room check changes nothing, and it waits for the next update.
             scored_state, seen, score, total = scored
             counters = state.counters
-            if scored_state is state and counters[SEEN] == seen and target * score > 0.0:
+            if target * score > 0.0 and scored_state is state and counters[SEEN] == seen:
                 if (1.0 if total >= 0.0 else -1.0) != target:
                     counters[PQ_AVERAGED] += 1
                 counters[SEEN] = seen + 1
@@ -84,8 +85,8 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
             learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
         max_entries = learner.max_voter_bytes // single.entry_size
         result = learn_buffered_entry()(
-            state_pack(state), single.columns, single.values, n, target, learner.max_voters,
-            max_entries,
+            state.__dict__.get(PACK_KEY) or state_pack(state), single.pack or buffers_pack(single),
+            n, target, learner.max_voters, max_entries,
         )  # fmt: skip
         if result != _single.NEEDS_ROOM:
             return result == _single.UPDATED
@@ -99,25 +100,30 @@ def predict_one(learner: Perceptron, x: Any, **kwargs: Any) -> Hashable:
     single = learner.__dict__.get(SINGLE_EVENT_KEY) or single_event(learner)
     state = learner._state
     which = PREDICTOR_CODES[learner.predictor]
-    if not single.binary_buffered or which == k.VOTED or state.irregular:
-        return predict_one_general(learner, x)
-    source = single.source
-    if source is not None:
+    source = single.source  # None unless binary_buffered
+    if source is not None and which != VOTED and not state.irregular:
         # A fresh event in one call of the encoder's fused prediction; an event the buffers
-        # hold gets the same row again, and scores of the weights as they are now.
-        single.event = None  # the buffers are being written
-        single.key = None
-        single.scored = None
+        # hold gets the same row again, and scores of the weights as they are now. A source
+        # writes the buffers only in its last step, the compiled call, which raises nothing:
+        # what they held is forgotten after it.
         n, code, score, total, seen = source(
-            x, learner.encoder, single.constants, single.columns, single.values,
-            state.weights, state.weight_sums, state.counters, which,
+            x, learner.encoder, single, single.pack or buffers_pack(single),
+            state.__dict__.get(PACK_KEY) or state_pack(state), which,
         )  # fmt: skip
+        single.key = None
         if n != NO_ROW:
-            single.event = snapshot(x, n, len(x) - n + single.constants[1] > single.order_free)
+            # snapshot(x, n, ordered), inline: the row depends on the order of the names when
+            # more of them merged into other names' columns than single.order_free.
+            ordered = len(x) - n + single.constants[1] > single.order_free
+            single.event = (x, dict(x), tuple(x) if ordered else None, n)
             if code != NO_CODE:
                 single.scored = (state, seen, score, total)
                 return learner.label_map.decode(code)
+            single.scored = None
             return predict_one_general(learner, x)
+        single.event = single.scored = None
+    elif not single.binary_buffered or which == VOTED or state.irregular:
+        return predict_one_general(learner, x)
     encoder = learner.encoder
     columns = single.columns
     n = buffered_row(encoder, single, x, False)

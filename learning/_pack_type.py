@@ -1,5 +1,5 @@
-"""numba's side of :mod:`learning._state_pack`: the pack's structure type, its Python class and
-the kernel that makes one. Imported on a pack's first use only (it imports numba)."""
+"""numba's side of :mod:`learning._state_pack`: the packs' structure types, their Python class
+and the kernels that make them. Imported on a pack's first use only (it imports numba)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from numba.core import types
 from numba.experimental import structref
 
 from learning._kernels import _jit
-from learning._state_pack import PACK_FIELDS
+from learning._state_pack import EVENT_PACK_FIELDS, PACK_FIELDS
 from learning.jit import numba_types
 
 
@@ -36,11 +36,19 @@ class StatePack(structref.StructRefProxy):
 _numba_structref: Any = structref  # numba ships no type information
 _numba_structref.define_boxing(StatePackType, StatePack)
 _pack_type: Any = StatePackType
-_names = tuple(name for name, _ in PACK_FIELDS)
-PACK_TYPE = _pack_type(
-    tuple(zip(_names, numba_types(tuple(kind for _, kind in PACK_FIELDS)), strict=True))
-)
-"""numba's type of a pack holding the arrays of ``PACK_FIELDS``."""
+
+
+def struct_type(fields: tuple[tuple[str, str], ...]) -> Any:
+    """numba's type of a pack holding arrays named and typed as ``fields``."""
+    names = tuple(name for name, _ in fields)
+    kinds = numba_types(tuple(kind for _, kind in fields))
+    return _pack_type(tuple(zip(names, kinds, strict=True)))
+
+
+PACK_TYPE = struct_type(PACK_FIELDS)
+"""numba's type of a state pack (the arrays of ``PACK_FIELDS``)."""
+EVENT_PACK_TYPE = struct_type(EVENT_PACK_FIELDS)
+"""numba's type of an event pack (the buffers of ``EVENT_PACK_FIELDS``)."""
 
 
 @_jit
@@ -68,4 +76,15 @@ def new_pack(  # noqa: PLR0917 - numba kernels take positional arrays
     pack.log_cols = log_cols
     pack.log_old = log_old
     pack.counters = counters
+    return pack
+
+
+@_jit
+def new_event_pack(raw: Any, columns: Any, values: Any, partial: Any) -> Any:
+    """A pack of EVENT_PACK_TYPE holding these arrays."""
+    pack = _numba_structref.new(EVENT_PACK_TYPE)
+    pack.raw = raw
+    pack.columns = columns
+    pack.values = values
+    pack.partial = partial
     return pack

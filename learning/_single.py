@@ -33,7 +33,6 @@ from learning._kernels import (
     Floats,
     Ints,
     _inline,
-    _jit,
     compiled_entry,
     count_touched,
     row_scores,
@@ -42,7 +41,7 @@ from learning._learn import UNKNOWN_NORM, apply_update, learn_binary
 from learning._scoring import point_prediction
 from learning._voter_index import LINK_FIELDS
 from learning._voters import NO_ROW, log_needs_room, open_entry
-from learning.jit import BOOL, FLOAT, FLOAT_MATRIX, FLOATS, INT, INT_MATRIX, INTS
+from learning.jit import BOOL, FLOAT, FLOAT_MATRIX, FLOATS, INT, INT_MATRIX, INTS, jit_held
 
 NO_CHECK = 0.0
 """The ``limit`` of a kernel whose row was checked beforehand (the encoder vouches for it)."""
@@ -99,7 +98,7 @@ def learn_unvoted(  # noqa: PLR0917 - numba kernels take positional arrays
     return UPDATED if update else NO_UPDATE
 
 
-@_jit
+@jit_held
 def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     columns: Ints,
     values: Floats,
@@ -147,7 +146,7 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     return UPDATED if updates[0] else NO_UPDATE
 
 
-@_jit
+@jit_held
 def predict_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
     columns: Ints,
     values: Floats,

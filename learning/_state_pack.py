@@ -1,22 +1,35 @@
-"""A learner's state arrays as one compiled structure, the argument of the one-event kernel.
+"""Arrays passed to the one-event kernels as one compiled structure: a learner's state arrays
+(:func:`state_pack`) and its single-event buffers (:func:`event_pack`).
 
 A call into compiled code costs about 55 ns per array argument (each is unboxed; measured), so
 the ten state arrays cost more than the one-event kernel's work on a short row. A
 :class:`learning._pack_type.StatePack` (a numba ``StructRef``) holds references to those same
-arrays: the kernel reads and writes the state's own memory, and the call unboxes one object
-instead of ten.
+arrays: the kernel reads and writes their own memory, and the call unboxes one object instead
+of ten.
 
 A pack is made for a state whose arrays are all writable and C-contiguous (the types of
 ``PACK_TYPE``) and kept in the state's ``__dict__`` under ``PACK_KEY``;
 ``LinearState.__setattr__`` drops it whenever an array is replaced, so a kept pack always holds
 the state's current arrays. Copies and pickles of a state forget the pack (it is derived: the
 next event builds a new one over the copy's arrays).
+
+An event pack holds a learner's single-event buffers (``learning._one.SingleEvent``: the event's
+values packed as float64, the row's columns and values, the scratch of a sparse row's scores).
+Those buffers are never replaced, so it is made once and kept with them; copies and pickles
+forget it too (the copy's next event makes one over its own buffers).
+
+The numba side of both packs (their types, their Python class, the kernels making them) is
+:mod:`learning._pack_type`, imported on a pack's first use: importing it imports numba
+(:mod:`learning.jit`, Deferred numba).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from learning._kernels import PARTIAL_SUMS
 from learning.jit import FLOAT_MATRIX, FLOATS, INT_MATRIX, INTS
 
 if TYPE_CHECKING:
@@ -36,18 +49,23 @@ PACK_FIELDS = (
     ("log_old", FLOAT_MATRIX),
     ("counters", INTS),
 )
-"""The state arrays a pack holds, with the types the one-event kernel takes them as.
+"""The state arrays a pack holds, with the types the one-event kernel takes them as."""
+EVENT_PACK_FIELDS = (
+    ("raw", FLOATS),
+    ("columns", INTS),
+    ("values", FLOATS),
+    ("partial", FLOATS),
+)
+"""An event pack's buffers: the event's values packed as float64 (``raw``, written by
+``struct.pack_into``), the row's columns and values, PARTIAL_SUMS of scratch."""
 
-The numba side of a pack (its type, its Python class, the kernel making one) is
-:mod:`learning._pack_type`, imported on a pack's first use: importing it imports numba
-(:mod:`learning.jit`, Deferred numba)."""
 
+def pack_types() -> tuple[Any, Any]:
+    """numba's types of a state pack and of an event pack
+    (:data:`learning._pack_type.PACK_TYPE`, :data:`learning._pack_type.EVENT_PACK_TYPE`)."""
+    from learning._pack_type import EVENT_PACK_TYPE, PACK_TYPE  # noqa: PLC0415 - numba on first use
 
-def pack_type() -> Any:
-    """numba's type of a pack (:data:`learning._pack_type.PACK_TYPE`)."""
-    from learning._pack_type import PACK_TYPE  # noqa: PLC0415 - numba on first use
-
-    return PACK_TYPE
+    return PACK_TYPE, EVENT_PACK_TYPE
 
 
 def state_pack(state: LinearState) -> Any:
@@ -59,3 +77,12 @@ def state_pack(state: LinearState) -> Any:
         pack = new_pack(*(getattr(state, name) for name, _ in PACK_FIELDS))
         state.__dict__[PACK_KEY] = pack
     return pack
+
+
+def event_pack(raw: bytearray, columns: Any, values: Any) -> Any:
+    """A pack of the single-event buffers: ``raw`` seen as float64, the row's ``columns`` and
+    ``values`` (C-contiguous int64 and float64), and fresh scratch."""
+    from learning._pack_type import new_event_pack  # noqa: PLC0415 - numba on first use
+
+    floats = np.frombuffer(raw, dtype=np.float64)
+    return new_event_pack(floats, columns, values, np.zeros(PARTIAL_SUMS))

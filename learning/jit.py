@@ -4,8 +4,8 @@ Every compiled function is made by one of the decorators below, which share thes
 
 * ``cache=True``: the machine code is cached on disk beside the source (``__pycache__/*.nbi``,
   ``*.nbc``), so a kernel is compiled once per machine, not once per process;
-* ``nogil=True``: compiled code runs without the GIL, so the HTTP thread answers while the
-  consumer thread learns or decodes;
+* ``nogil=True`` (all but :func:`jit_held`): compiled code runs without the GIL, so the HTTP
+  thread answers while the consumer thread learns or decodes;
 * no ``fastmath``: the rounding is fixed by the source (see :mod:`learning._kernels`,
   Determinism), so a checkpoint replays bit-identically on another machine.
 
@@ -14,7 +14,13 @@ caller, for small per-row helpers (a call between compiled functions costs more 
 a sparse row). :func:`jit_no_runtime` compiles without numba's runtime and with numpy's error
 model, for byte kernels that never allocate (the JSON reader's): passing an array to a helper then
 costs no atomic reference counting (measured: 18 ns per call with the runtime, nothing without).
-:func:`intrinsic` defers a numba ``@intrinsic`` (LLVM IR written by hand) the same way.
+:func:`jit_held` keeps the GIL, for the one-event kernels of a river-style call: one call
+works a few microseconds at most (one event's row), far below the interpreter's switch interval,
+so holding the GIL keeps no other thread waiting long, while releasing and retaking it is a
+measurable part of the call (measured: the compiled entry of
+:func:`learning._fused.predict_packed` on a 10-value event takes 0.63 µs a call with the GIL
+held, 0.71 µs without). :func:`intrinsic` defers a numba ``@intrinsic`` (LLVM IR written by
+hand) the same way.
 
 Deferred numba
     Importing numba maps LLVM (about 100 MiB resident) and its first compilation or cache load
@@ -64,6 +70,7 @@ __all__ = [
     "activate",
     "intrinsic",
     "jit",
+    "jit_held",
     "jit_inline",
     "jit_no_runtime",
     "numba_active",
@@ -73,11 +80,13 @@ __all__ = [
 CACHE: Final = True
 """Every compiled function caches its machine code on disk."""
 NOGIL: Final = True
-"""Every compiled function runs without the GIL."""
+"""Every compiled function but :func:`jit_held`'s runs without the GIL."""
 JIT_OPTIONS: Final = {"cache": CACHE, "nogil": NOGIL}
 """numba's options of :func:`jit` (the others add to them)."""
 INLINE_OPTIONS: Final = {**JIT_OPTIONS, "inline": "always"}
 """numba's options of :func:`jit_inline`."""
+HELD_OPTIONS: Final = {"cache": CACHE}
+"""numba's options of :func:`jit_held` (the GIL held)."""
 NO_RUNTIME_OPTIONS: Final = {**JIT_OPTIONS, "_nrt": False, "error_model": "numpy"}
 """numba's options of :func:`jit_no_runtime`."""
 
@@ -233,6 +242,11 @@ def jit(func: F) -> F:
 def jit_inline(func: F) -> F:
     """:func:`jit`, inlined into each compiled caller (numba's ``inline="always"``)."""
     return cast(F, _defer(func, lambda: _njit(func, INLINE_OPTIONS), INLINE_OPTIONS))
+
+
+def jit_held(func: F) -> F:
+    """:func:`jit` with the GIL held, for one-event kernels (module docs)."""
+    return cast(F, _defer(func, lambda: _njit(func, HELD_OPTIONS), HELD_OPTIONS))
 
 
 def jit_no_runtime(func: F) -> F:

@@ -25,7 +25,12 @@ from learning.encoders._common import (
     is_name,
     plain_vector,
 )
-from learning.encoders._packed import NO_ROW, packed_format, packed_row_entry
+from learning.encoders._packed import (
+    NO_ROW,
+    PACKED_FLOAT_BYTES,
+    packed_format,
+    packed_row_entry,
+)
 from learning.errors import FeatureError
 
 logger = logging.getLogger(__name__)
@@ -34,6 +39,8 @@ DEFAULT_MAX_FEATURES = 65_536
 """Default bound on a vocabulary's size."""
 IN_ORDER = b""
 """The names part of the :data:`RowKey` of an event listing the whole vocabulary in order."""
+NO_PACK_FORMAT = ""
+"""``VocabularyEncoder._pack_format`` while no order of the whole vocabulary is known."""
 
 
 def _known_columns(positions: Mapping[Any, int], names: list[Any]) -> NDArray[np.int64] | None:
@@ -186,13 +193,18 @@ class VocabularyEncoder(ObjectEncoder):
         self._names: list[FeatureName] = []
         self._positions: dict[FeatureName, int] = {}
         self._in_order: tuple[Any, ...] | None = None
-        self._pack_format: str | None = None
+        """The whole vocabulary in order, once an event listed it so (remembered only from a
+        validated mapping: so within ``max_features_per_event``); None after it grows."""
+        self._pack_format = NO_PACK_FORMAT
         """The ``struct`` format of an event in ``_in_order``'s values as float64."""
         self._prefix: list[float] = [1.0] if bias else []
+        self._dimension = self.offset
+        """``len(_names) + offset``, kept by :meth:`_add`: ``learn_one`` reads ``dimension`` on
+        every event (measured: 0.05 µs a read of it, 0.11 µs computing the sum)."""
 
     @property
     def dimension(self) -> int:
-        return len(self._names) + self.offset
+        return self._dimension
 
     @property
     def vocabulary(self) -> tuple[FeatureName, ...]:
@@ -238,9 +250,10 @@ class VocabularyEncoder(ObjectEncoder):
         entries): (the row's length, its key or ``None``),
         as :meth:`HashingEncoder.encode_sparse_into <learning.HashingEncoder.encode_sparse_into>`.
 
-        An event listing the whole vocabulary in order is written by one compiled call from its
-        values packed as float64 and keyed by them (``IN_ORDER``, the packed bytes, n): the key
-        names one row, since the vocabulary only grows and so has one state of each size.
+        A ``dict`` event listing the whole vocabulary in order is written by one compiled call
+        from its values packed as float64 and keyed by them (``IN_ORDER``, the packed bytes, n):
+        the key names one row, since the vocabulary only grows and so has one state of each
+        size.
         """
         mapping = self._mapping(features)
         packed = self._packed_in_order(mapping)
@@ -256,17 +269,26 @@ class VocabularyEncoder(ObjectEncoder):
 
     def _packed_in_order(self, mapping: Mapping[Any, Any]) -> bytes | None:
         """The values of an event listing the vocabulary in order, packed as float64; ``None``
-        for any other event or when a value is not a plain number (the precise path)."""
-        pack_format = self._pack_format
-        if pack_format is None or tuple(mapping) != self._in_order:
-            return None
-        raw = mapping.values()
+        for any other event (see :meth:`_pack_in_order_into`)."""
+        into = bytearray(len(mapping) * PACKED_FLOAT_BYTES)
+        return None if self._pack_in_order_into(mapping, into) == NO_ROW else bytes(into)
+
+    def _pack_in_order_into(self, features: Any, into: bytearray) -> int:
+        """The values of a ``dict`` event listing the vocabulary in order, all plain numbers,
+        packed as float64 at the start of ``into`` (room for ``max_features_per_event`` of
+        them): their number; NO_ROW for any other event (the precise path, which validates it
+        and names any error). Such an event is a valid mapping: a dict of the known order's
+        length, which is within the per-event bound (see ``_in_order``)."""
+        if type(features) is not dict or tuple(features) != self._in_order:
+            return NO_ROW  # never equal while _in_order is None
+        raw = features.values()
         if not PLAIN_NUMBER_TYPES.issuperset(map(type, raw)):
-            return None
+            return NO_ROW
         try:
-            return struct.pack(pack_format, *raw)
+            struct.pack_into(self._pack_format, into, 0, *raw)
         except (struct.error, OverflowError):  # an int beyond floats: the precise path says so
-            return None
+            return NO_ROW
+        return len(raw)
 
     def _entries(self, mapping: Mapping[Any, Any], grow: bool) -> tuple[list[int], list[float]]:
         lookup = self._positions.get
@@ -312,9 +334,10 @@ class VocabularyEncoder(ObjectEncoder):
     def _add(self, name: FeatureName) -> int:
         position = len(self._names) + self.offset
         self._in_order = None
-        self._pack_format = None
+        self._pack_format = NO_PACK_FORMAT
         self._names.append(name)
         self._positions[name] = position
+        self._dimension = position + 1
         return position
 
     def to_state(self) -> dict[str, Any]:

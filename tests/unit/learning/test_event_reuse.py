@@ -153,3 +153,32 @@ def test_an_event_predicted_again_after_its_update_is_learned_with_the_new_weigh
     fresh.learn_one(dict(event), not first)
     fresh.learn_one(dict(event), again)
     assert dump_state(model) == dump_state(fresh)
+
+
+def test_a_list_of_the_vocabulary_in_order_is_refused_as_a_fresh_learner_refuses_it() -> None:
+    model = warmed(ENCODERS["vocabulary"])
+    names = list(WARM_UP[0][0])
+    assert tuple(names) == model.encoder._in_order  # control: the order check alone takes it
+    with pytest.raises(FeatureError, match="wrong_type"):
+        model.predict_one(names)
+    with pytest.raises(FeatureError, match="wrong_type"):
+        model.learn_one(names, True)
+    with pytest.raises(FeatureError, match="wrong_type"):
+        warmed(ENCODERS["vocabulary"]).learn_one(names, True)
+
+
+def test_a_vocabulary_grown_past_the_per_event_bound_refuses_an_event_listing_it() -> None:
+    def learner() -> Perceptron:
+        model = Perceptron(encoder=VocabularyEncoder(max_features_per_event=2), max_voters=4)
+        model.learn_one({"a": 1.0, "b": 2.0}, True)
+        model.learn_one({"c": 1.0, "d": -1.0}, False)
+        return model
+
+    model = learner()
+    event = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+    assert tuple(event) == model.encoder.vocabulary  # control: it lists the whole vocabulary
+    with pytest.raises(FeatureError, match="too_many_features"):
+        model.predict_one(event)
+    with pytest.raises(FeatureError, match="too_many_features"):
+        model.learn_one(event, True)
+    assert dump_state(model) == dump_state(learner())

@@ -1,5 +1,5 @@
-"""The one-event kernel's state pack always holds the learner's current arrays, and copies and
-pickles of a learner never share one."""
+"""The one-event kernels' state pack always holds the learner's current arrays, and copies and
+pickles of a learner never share a state pack or an event pack."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import pickle
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from learning import HashingEncoder, Perceptron, VocabularyEncoder, dump_state
+from learning._one import SINGLE_EVENT_KEY
 from learning._state_pack import PACK_KEY, state_pack
 
 rng = np.random.default_rng(11)
@@ -76,3 +78,28 @@ def test_a_shared_pack_would_be_seen() -> None:
     learned(twin, ROWS[:30], [not label for label in LABELS[:30]])
     learned(model, ROWS[30:], LABELS[30:])
     assert dump_state(model) != dump_state(reference)
+
+
+def twin_predicted_between(
+    model: Perceptron, duplicate: Callable[[Perceptron], Perceptron], share: bool
+) -> Perceptron:
+    """``model`` predicts ROWS[0], a duplicate of it predicts ROWS[1] (sharing the model's
+    event pack when ``share``), then ``model`` learns ROWS[0] against its prediction (an update,
+    which reads the row in its buffers)."""
+    label = not model.predict_one(ROWS[0])
+    twin = duplicate(model)
+    if share:
+        twin.__dict__[SINGLE_EVENT_KEY].pack = model.__dict__[SINGLE_EVENT_KEY].pack
+    twin.predict_one(ROWS[1])
+    assert model.learn_one(ROWS[0], label)
+    return model
+
+
+@pytest.mark.parametrize("duplicate", [copy.deepcopy, pickled])
+def test_a_copy_writes_its_own_event_buffers(duplicate: Callable[[Perceptron], Perceptron]) -> None:
+    reference = learned(fresh(), ROWS[:30], LABELS[:30])
+    reference.learn_one(dict(ROWS[0]), not reference.predict_one(dict(ROWS[0])))
+    model = twin_predicted_between(learned(fresh(), ROWS[:30], LABELS[:30]), duplicate, False)
+    assert dump_state(model) == dump_state(reference)
+    shared = twin_predicted_between(learned(fresh(), ROWS[:30], LABELS[:30]), duplicate, True)
+    assert dump_state(shared) != dump_state(reference)  # control: a shared pack would be seen
