@@ -314,7 +314,6 @@ class StateFollower:
                 assert value is not None  # decode_state_record refuses a tombstone
                 self._accept(payload)
             except Exception as exc:
-                self._skipped += 1
                 reason = str(exc) if isinstance(exc, CheckpointError) else repr(exc)
                 logger.error(
                     "skipping state record %s/%d@%d: %s; keeping the previous state",
@@ -323,6 +322,7 @@ class StateFollower:
                     record.offset,
                     reason,
                 )
+                self._skipped += 1  # counted once logged: a reader of skipped finds the line
                 continue
             self._state = FollowedState(
                 payload, partition, record.offset, self._clock(), state_record_sequence(value)

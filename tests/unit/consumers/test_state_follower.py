@@ -70,13 +70,17 @@ def test_the_newest_record_of_the_key_is_taken_and_older_ones_of_a_poll_are_not_
             (OTHER_KEY, encode_state_record(b"another model", 9)),
         ]
     )
-    wait_until(lambda: follower.caught_up_at is not None, "the end of the log")
+    # The follower may have caught up with the empty log before the append: wait for the state.
+    wait_until(
+        lambda: follower.state is not None and follower.caught_up_at is not None, "the records"
+    )
     assert follower.state is not None and follower.state.payload == b"v3"
     assert follower.state.offset == 2
     assert accepted == [b"v3"], "one poll: only its newest record is loaded"
     topic.append(KEY, encode_state_record(b"v4", 3))
-    wait_until(lambda: accepted[-1] == b"v4", "the next record")
-    assert follower.state.payload == b"v4"
+    # accepted grows before state is set (the payload is loaded first): wait for the state.
+    wait_until(lambda: follower.state is not None and follower.state.payload == b"v4", "v4")
+    assert accepted[-1] == b"v4"
 
 
 def test_a_damaged_record_is_skipped_with_an_error_and_the_previous_state_kept(
