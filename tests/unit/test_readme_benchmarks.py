@@ -7,12 +7,19 @@ Each expected cell is written from the benchmark module's own constant, so chang
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+
 import bench.bench_e2e as e2e
 import bench.bench_learner as learner
 import bench.bench_mixing as mixing
 import bench.bench_pipeline as pipeline
 import bench.bench_predict as predict
 import bench.bench_replicas as replicas
+from service.assembly import runner_settings
+from service.settings import load_settings
 from tests.unit.test_readme_sparse import BENCHMARKS, bar_rows, raw_section, section
 
 
@@ -78,3 +85,42 @@ def test_the_one_run_e2e_rows_state_the_enforced_bar() -> None:
     for row in one_run:
         bar_cell = row.split("|")[4].strip()
         assert bar_cell.startswith(f"{e2e.BAR:g}x"), row
+
+
+class _OneBatchConsumer:
+    """A KafkaConsumer stand-in that keeps its configuration and hands out ``count`` records."""
+
+    configs: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, topic: str, **config: Any) -> None:
+        self.configs.append(config)
+        self._records = [SimpleNamespace(value=b"{}") for _ in range(e2e.QUICK_EVENTS)]
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[str, list[Any]]:
+        records, self._records = self._records, []
+        return {"partition": records} if records else {}
+
+    def close(self, autocommit: bool) -> None:
+        pass
+
+
+def test_the_e2e_method_the_readme_states_is_the_benchmarks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = section(BENCHMARKS)
+    assert f"each side reads {e2e.WARMUP_EVENTS:,} events once, untimed" in text
+    assert f"Then {e2e.ROUNDS} rounds, each one run of each side, alternating" in text
+    assert f"read every\n{e2e.WATCH_INTERVAL_S * 1000:g} ms" in raw_section(BENCHMARKS)
+    # The bare consumer is configured as the runner configures its own consumer.
+    settings = load_settings(
+        kafka={"bootstrap_servers": "127.0.0.1:9", "topic": e2e.TOPIC, "transactions": True}
+    )
+    monkeypatch.setattr(e2e, "KafkaConsumer", _OneBatchConsumer)
+    _OneBatchConsumer.configs.clear()
+    e2e.bare_consumer(settings, e2e.QUICK_EVENTS)
+    expected = runner_settings(settings).kafka_consumer_config()
+    assert _OneBatchConsumer.configs == [expected]
+    assert expected["isolation_level"] == "read_committed"
+    # Control: the service's plain consumer configuration reads uncommitted records, so the
+    # comparison above tells the two apart.
+    assert settings.kafka.consumer_config().get("isolation_level") != "read_committed"
