@@ -14,13 +14,18 @@ import tempfile
 import types
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES = ("learning", "learning.encoders", "consumers", "consumers.decoding")
 """The packages whose modules the kernels import, made without running their ``__init__``."""
 SPECS = ("learning._aot", "consumers._aot")
 """The modules holding the specs of the extensions (learning.aot.Spec)."""
+DICT_WALK = Extension(
+    "learning.encoders._dictwalk", ["learning/encoders/_dictwalk.c"], optional=True
+)
+"""One walk of an event dict from C (learning/encoders/_walk.py; its Python twin serves when it
+cannot be built)."""
 
 
 def bare_packages() -> None:
@@ -41,7 +46,7 @@ def extensions() -> list[object]:
     # Without a C compiler the package installs without them (numba serves, see
     # learning/aot.py); a kernel that numba cannot compile still fails the build.
     built = [aot.extension(importlib.import_module(name).SPEC, optional=True) for name in SPECS]
-    return [extension for extension in built if extension is not None]
+    return [extension for extension in built if extension is not None] + [DICT_WALK]
 
 
 with tempfile.TemporaryDirectory(prefix="novikoff-aot-") as cache:

@@ -7,13 +7,14 @@ encoding the event, then one kernel. Both are kept lean:
   (``encode_sparse_into``: no arrays are built and handed back), and a dense one returns its
   vector, whose columns 0 .. n-1 are a cached range;
 * when ``learn_one`` gets the event ``predict_one`` just encoded, the row still in the buffers
-  is reused: the learner keeps the event with a copy of it (:func:`buffered_row` says exactly
-  when a row is reused; a dict changed in between is encoded afresh); the encoders' own
-  content keys (``RowKey``) still serve an equal event in another dict;
+  is reused: a murmur3 hashing learner keeps the walk of the event's dict and tells an event
+  with the same content by it (:mod:`learning.encoders._walk`); any other keeps the event with
+  a copy of it (:func:`buffered_row` says exactly when a row is reused; a dict changed in
+  between is encoded afresh); the encoders' own content keys (``RowKey``) still serve an equal
+  event in another dict;
 * a binary learner with a murmur3 hashing or a vocabulary encoder predicts a fresh event in
-  one compiled call that builds the row and predicts it (:mod:`learning._fused`), and keeps
-  the scores: the ``learn_one`` that follows counts an event needing no update without any
-  compiled call while the weights are the ones scored (:func:`learning._one_binary.learn_one`);
+  one compiled call that builds the row and predicts it (:mod:`learning._fused`): the hashing
+  learner's event walked into its buffers first (:func:`learning.encoders._walk.walker`);
 * a binary learner runs the one-event kernels of :mod:`learning._single`, which take fewer
   arguments than the batch kernels, allocate nothing of a batch's and run the same per-event
   code, so the results are bit-identical to ``learn_batch`` on the same rows; with a buffered
@@ -29,6 +30,7 @@ Encoders that do not vouch for their output (``validated_output`` false) go thro
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,7 +45,7 @@ from learning._arrays import (
     MULTICLASS_ROWS_TOUCHED,
     entry_bytes,
 )
-from learning._fused import Source, fused_source
+from learning._fused import ROW_LENGTH_BYTES, Source, fused_source, walked_constants
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
 from learning._state_pack import event_pack
@@ -51,6 +53,7 @@ from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.encoders._common import PLAIN_NUMBER_TYPES
 from learning.encoders._packed import PACKED_FLOAT_BYTES
+from learning.encoders._walk import NAMES_FULL, Walker, walker
 from learning.predictor import PREDICTOR_CODES, predict_codes, predictor_code
 from learning.sparse import CSRBatch
 
@@ -63,6 +66,8 @@ KernelArgs = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], in
 """The leading (indptr, indices, values, width) of every batch kernel call (see learning._rows)."""
 NO_ROW_BUFFER = 0
 """Row buffer capacity of an encoder without ``encode_sparse_into``."""
+NAMES_BYTES = 4096
+"""First size of a walked event's names buffer (doubled whenever an event's names need more)."""
 SINGLE_EVENT_KEY = "_single_event"
 """Where a learner keeps its :class:`SingleEvent` (derived: made on first use)."""
 EventSnapshot = tuple[Any, dict[Any, Any], tuple[Any, ...] | None, int]
@@ -94,10 +99,11 @@ class SingleEvent:
     """The fused prediction of a ``binary_buffered`` learner's fresh events
     (:func:`learning._fused.fused_source`), or None."""
     constants: tuple[int, int] = (0, 0)
-    """Its encoder's constants."""
-    scored: tuple[Any, int, float, float] | None = None
-    """(state, seen, score, total) of the row in the buffers as the fused prediction computed
-    them (:data:`learning._fused.Scored`), or None."""
+    """Its encoder's constants (a walked learner's: :func:`learning._fused.walked_constants`)."""
+    row: array[int] = field(default_factory=lambda: array("q", bytes(ROW_LENGTH_BYTES)))
+    """The length of the row a fused prediction wrote to ``columns`` / ``values``."""
+    width: int = 0
+    """A walked learner's encoder's dimension (fixed by its hyperparameters), else 0."""
     order_free: int = -1
     """Most names its fused rows may merge into other names' columns with the row still not
     depending on the order of the names (-1: the rows always depend on it)."""
@@ -105,9 +111,22 @@ class SingleEvent:
     """Bytes of one entry of the learner's voters' log (``max_voter_bytes`` // this = entries)."""
     raw: bytearray = field(default_factory=bytearray)
     """An event's values packed as float64 (room for the encoder's ``max_features_per_event``)."""
+    names: bytearray = field(default_factory=bytearray)
+    """A walked event's names as UTF-8 (:mod:`learning.encoders._walk`; grown on demand)."""
+    ends: bytearray = field(default_factory=bytearray)
+    """A walked event's name ends as int64 (room for ``max_features_per_event``)."""
+    walker: Walker | None = None
+    """The walk of a murmur3 hashing learner's events (None: its rows are not walked)."""
+    limit: int = 0
+    """Its encoder's ``max_features_per_event`` (a hyperparameter)."""
+    walked: int = 0
+    """The entries of the walk ``names``, ``ends``, ``raw`` hold when it is the walk of the
+    event whose row ``columns`` / ``values`` hold (its ``Walker.same`` tells an event with that
+    content; the row's length is ``row[0]``), else 0. Whatever writes the buffers
+    first sets it to 0."""
     pack: Any = None
-    """The event pack of ``raw``, ``columns``, ``values`` (:func:`learning._state_pack.event_pack`;
-    None: made on next use, as after a copy or a pickle, which forget it)."""
+    """The event pack of the buffers (:func:`learning._state_pack.event_pack`; None: made on
+    next use, as after a copy or a pickle, which forget it, or after ``names`` grew)."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -137,8 +156,16 @@ def single_event(learner: LinearLearner) -> SingleEvent:
         touched = MULTICLASS_ROWS_TOUCHED if learner.multiclass else BINARY_ROWS_TOUCHED
         single.entry_size = entry_bytes(touched)
         single.raw = bytearray(max(capacity - 1, 0) * PACKED_FLOAT_BYTES)
+        walked = walked_constants(learner.encoder) if single.binary_buffered else None
         fused = fused_source(learner.encoder) if single.binary_buffered else None
-        if fused is not None:
+        if walked is not None:
+            single.walker = walker()
+            single.constants = walked
+            single.width = sum(walked)
+            single.limit = limit or 0
+            single.names = bytearray(NAMES_BYTES)
+            single.ends = bytearray(len(single.raw))
+        elif fused is not None:
             single.source, single.constants, single.order_free = fused
         learner.__dict__[SINGLE_EVENT_KEY] = single
     return single
@@ -148,8 +175,23 @@ def buffers_pack(single: SingleEvent) -> Any:
     """The event pack of the single-event buffers, made when there is none."""
     pack = single.pack
     if pack is None:
-        pack = single.pack = event_pack(single.raw, single.columns, single.values)
+        pack = event_pack(
+            single.raw, single.columns, single.values, single.names, single.ends, single.row
+        )
+        single.pack = pack
     return pack
+
+
+def walk_with_room(single: SingleEvent, x: Any) -> int:
+    """``Walker.pack`` of ``x`` into the buffers after its names did not fit: ``names`` doubled
+    (and the event pack made anew over it) until they do; the pack's result."""
+    assert single.walker is not None
+    count = NAMES_FULL
+    while count == NAMES_FULL:
+        single.names = bytearray(2 * len(single.names))
+        single.pack = None
+        count = single.walker.pack(x, single.limit, single.names, single.ends, single.raw)
+    return count
 
 
 def dense_columns(single: SingleEvent, n: int) -> NDArray[np.int64]:
@@ -216,8 +258,8 @@ def buffered_row(encoder: Any, single: SingleEvent, x: Any, grow: bool) -> int:
     event = single.event
     if event is not None and holds(event, x):
         return event[3]
-    single.event = None  # the buffers are being written: nothing to reuse if that fails
-    single.scored = None
+    single.event = None  # the buffers are being written: nothing to reuse
+    single.walked = 0
     previous = single.key
     single.key = None
     n: int

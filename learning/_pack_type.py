@@ -80,11 +80,16 @@ def new_pack(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 @_jit
-def new_event_pack(raw: Any, columns: Any, values: Any, partial: Any) -> Any:
+def new_event_pack(  # noqa: PLR0917 - numba kernels take positional arrays
+    raw: Any, columns: Any, values: Any, partial: Any, names: Any, ends: Any, row: Any
+) -> Any:
     """A pack of EVENT_PACK_TYPE holding these arrays."""
     pack = _numba_structref.new(EVENT_PACK_TYPE)
     pack.raw = raw
     pack.columns = columns
     pack.values = values
     pack.partial = partial
+    pack.names = names
+    pack.ends = ends
+    pack.row = row
     return pack

@@ -48,6 +48,8 @@ NO_CHECK = 0.0
 NEEDS_ROOM = -1
 NO_UPDATE = 0
 UPDATED = 1
+NEEDS_WIDTH = -2
+"""``learning._fused.learn_buffered``: the row reaches beyond the weights (nothing changed)."""
 
 
 @_inline
@@ -69,15 +71,15 @@ def learn_unvoted(  # noqa: PLR0917 - numba kernels take positional arrays
     counters: Ints,
     max_voters: int,
     max_entries: int,
+    partial: Floats,
 ) -> int:
     """:func:`learn_binary_one` of a learner that does not count the prequential vote: the
     steps of :mod:`learning._binary_step` in :func:`learning._learn.learn_binary`'s order, with
-    no batch outputs or vote scratch allocated."""
+    no batch outputs or vote scratch allocated (``partial``: scratch of PARTIAL_SUMS entries)."""
     if log_needs_room(n, log_counts, log_cols, counters, max_voters, max_entries):
         return NEEDS_ROOM
     cols = columns[:n]
     vals = values[:n]
-    partial = np.empty(PARTIAL_SUMS)
     seen = counters[SEEN]
     live = seen - counters[BORN_MODEL]
     score, total = row_scores(weights[0], weight_sums[0], seen, cols, vals, dense, partial)
@@ -129,6 +131,7 @@ def learn_binary_one(  # noqa: PLR0917 - numba kernels take positional arrays
         return learn_unvoted(
             columns, values, n, dense, target, weights, weight_sums, row_sq, log_counts,
             log_rows, log_start, log_len, log_cols, log_old, counters, max_voters, max_entries,
+            np.empty(PARTIAL_SUMS),
         )  # fmt: skip
     indptr = np.zeros(2, dtype=np.int64)
     indptr[1] = n

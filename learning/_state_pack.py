@@ -25,12 +25,13 @@ The numba side of both packs (their types, their Python class, the kernels makin
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from learning._kernels import PARTIAL_SUMS
-from learning.jit import FLOAT_MATRIX, FLOATS, INT_MATRIX, INTS
+from learning.jit import BYTE_BUFFER, FLOAT_MATRIX, FLOATS, INT_MATRIX, INTS
 
 if TYPE_CHECKING:
     from learning._arrays import LinearState
@@ -55,9 +56,14 @@ EVENT_PACK_FIELDS = (
     ("columns", INTS),
     ("values", FLOATS),
     ("partial", FLOATS),
+    ("names", BYTE_BUFFER),
+    ("ends", INTS),
+    ("row", INTS),
 )
 """An event pack's buffers: the event's values packed as float64 (``raw``, written by
-``struct.pack_into``), the row's columns and values, PARTIAL_SUMS of scratch."""
+``struct.pack_into`` or a walk of the event, :mod:`learning.encoders._walk`), the row's columns
+and values, PARTIAL_SUMS of scratch, the walk's names and their ends, and the scores of a fused
+prediction (``row``: the length of the row it wrote)."""
 
 
 def pack_types() -> tuple[Any, Any]:
@@ -79,10 +85,25 @@ def state_pack(state: LinearState) -> Any:
     return pack
 
 
-def event_pack(raw: bytearray, columns: Any, values: Any) -> Any:
+def event_pack(  # noqa: PLR0917 - the buffers, in the pack's order
+    raw: bytearray,
+    columns: Any,
+    values: Any,
+    names: bytearray,
+    ends: bytearray,
+    row: array[int],
+) -> Any:
     """A pack of the single-event buffers: ``raw`` seen as float64, the row's ``columns`` and
-    ``values`` (C-contiguous int64 and float64), and fresh scratch."""
+    ``values`` (C-contiguous int64 and float64), fresh scratch, ``names`` seen as bytes,
+    ``ends`` and ``row`` (an ``array("q")``) as int64."""
     from learning._pack_type import new_event_pack  # noqa: PLC0415 - numba on first use
 
-    floats = np.frombuffer(raw, dtype=np.float64)
-    return new_event_pack(floats, columns, values, np.zeros(PARTIAL_SUMS))
+    return new_event_pack(
+        np.frombuffer(raw, dtype=np.float64),
+        columns,
+        values,
+        np.zeros(PARTIAL_SUMS),
+        np.frombuffer(names, dtype=np.uint8),
+        np.frombuffer(ends, dtype=np.int64),
+        np.frombuffer(row, dtype=np.int64),
+    )

@@ -54,6 +54,7 @@ __all__ = [
     "BOOL",
     "BOOLS",
     "BYTES",
+    "BYTE_BUFFER",
     "CACHE",
     "FLOAT",
     "FLOATS",
@@ -103,8 +104,10 @@ FLOAT_CUBE: Final = "float64[:, :, ::1]"
 READ_BYTES: Final = "Array(uint8, 1, 'C', readonly=True)"
 READ_WORDS: Final = "Array(uint64, 1, 'C', readonly=True)"
 BYTES: Final = "Bytes(uint8, 1, 'C', readonly=True)"
+BYTE_BUFFER: Final = "uint8[::1]"
 """numba's types of kernel arguments, as signature strings (:func:`numba_types` reads them):
-scalars, writable C-contiguous arrays, read-only arrays and a ``bytes`` object."""
+scalars, writable C-contiguous arrays, read-only arrays, a ``bytes`` object and a writable
+byte buffer (a ``bytearray`` seen by numpy)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
