@@ -10,7 +10,7 @@ call's arguments instead of two (see :mod:`learning._single`). The row is exactl
 ``encode_sparse_into`` writes (the same hash, buckets, order and sums on the same float64
 values) and stays in the buffers for ``learn_one``: a walked event's ``Walker.same`` (from
 ``learning._one_binary.learn_one``), any other's ``learning._one.buffered_row``. The kernels
-take the learner's state arrays and its single-event buffers as two packs
+take the learner's single-event buffers and its state arrays as one pack
 (:mod:`learning._state_pack`): the arguments of a call cost more than its work on a short row.
 Their loops run in functions compiled without numba's runtime (``jit_no_runtime``): with it, each
 array handed to an inlined helper inside a loop costs two atomic reference counts (measured: a
@@ -37,7 +37,7 @@ from learning._kernels import (
 )
 from learning._scoring import point_prediction
 from learning._single import NEEDS_WIDTH, learn_unvoted
-from learning._state_pack import pack_types
+from learning._state_pack import event_pack_type
 from learning.encoders._common import MAX_ABS_FEATURE
 from learning.encoders._murmur import walked_row
 from learning.encoders._packed import NO_ROW, values_row
@@ -106,7 +106,6 @@ def packed_prediction(  # noqa: PLR0917 - numba kernels take positional arrays
 
 @jit_held
 def predict_walked(  # noqa: PLR0917 - numba kernels take positional arrays
-    state: Any,
     event: Any,
     count: int,
     n_buckets: int,
@@ -117,6 +116,7 @@ def predict_walked(  # noqa: PLR0917 - numba kernels take positional arrays
     event pack's ``names``, ``ends`` and ``raw`` (:mod:`learning.encoders._walk`), with the
     encoder's constants and the predictor; its row is written to the pack's ``columns`` /
     ``values``, its length to the pack's ``row``; NOT_BUILT when ``walked_row`` refuses it."""
+    state = event.state
     columns = event.columns
     values = event.values
     n = walked_row(
@@ -132,9 +132,10 @@ def predict_walked(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 @jit_held
-def predict_packed(state: Any, event: Any, count: int, offset: int, which: int) -> float:
-    """:func:`packed_prediction` on a state pack and an event pack (the event's values in its
-    ``raw``), with the encoder's offset and the predictor."""
+def predict_packed(event: Any, count: int, offset: int, which: int) -> float:
+    """:func:`packed_prediction` on an event pack (the event's values in its ``raw``) and its
+    state pack, with the encoder's offset and the predictor."""
+    state = event.state
     return packed_prediction(
         event.raw, event.columns, event.values, event.partial, state.weights,
         state.weight_sums, state.counters, count, offset, which, event.row,
@@ -142,9 +143,9 @@ def predict_packed(state: Any, event: Any, count: int, offset: int, which: int) 
 
 
 PREDICT_WALKED_TYPES = (INT, INT, INT, INT)
-"""The argument types of :func:`predict_walked` after the two packs (:func:`pack_types`)."""
+"""The argument types of :func:`predict_walked` after the event pack (:func:`event_pack_type`)."""
 PREDICT_PACKED_TYPES = (INT, INT, INT)
-"""The argument types of :func:`predict_packed` after the two packs (:func:`pack_types`)."""
+"""The argument types of :func:`predict_packed` after the event pack (:func:`event_pack_type`)."""
 
 
 @jit_no_runtime
@@ -181,15 +182,15 @@ def learn_row(  # noqa: PLR0917 - numba kernels take positional arrays
 
 @jit_held
 def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
-    state: Any,
     event: Any,
     n: int,
     target: float,
     max_voters: int,
     max_entries: int,
 ) -> int:
-    """:func:`learn_row` of the row in an event pack's buffers on the arrays of a state pack
-    (:mod:`learning._state_pack`: two arguments instead of twelve)."""
+    """:func:`learn_row` of the row in an event pack's buffers on the arrays of its state pack
+    (:mod:`learning._state_pack`: one argument instead of twelve)."""
+    state = event.state
     return learn_row(
         event.columns, event.values, event.partial, n, target, state.weights,
         state.weight_sums, state.row_sq, state.log_counts, state.log_rows, state.log_start,
@@ -198,30 +199,29 @@ def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 LEARN_BUFFERED_TYPES = (INT, FLOAT, INT, INT)
-"""The argument types of :func:`learn_buffered` after the two packs (:func:`pack_types`)."""
+"""The argument types of :func:`learn_buffered` after the event pack (:func:`event_pack_type`)."""
 
 
 @cache
 def learn_buffered_entry() -> Callable[..., int]:
-    """The compiled :func:`learn_buffered` for the two packs and LEARN_BUFFERED_TYPES."""
-    return compiled_entry(learn_buffered, (*pack_types(), *LEARN_BUFFERED_TYPES))
+    """The compiled :func:`learn_buffered` for the event pack and LEARN_BUFFERED_TYPES."""
+    return compiled_entry(learn_buffered, (event_pack_type(), *LEARN_BUFFERED_TYPES))
 
 
 @cache
 def predict_walked_entry() -> Callable[..., float]:
-    """The compiled :func:`predict_walked` for the two packs and PREDICT_WALKED_TYPES."""
-    return compiled_entry(predict_walked, (*pack_types(), *PREDICT_WALKED_TYPES))
+    """The compiled :func:`predict_walked` for the event pack and PREDICT_WALKED_TYPES."""
+    return compiled_entry(predict_walked, (event_pack_type(), *PREDICT_WALKED_TYPES))
 
 
 @cache
 def predict_packed_entry() -> Callable[..., float]:
-    """The compiled :func:`predict_packed` for the two packs and PREDICT_PACKED_TYPES."""
-    return compiled_entry(predict_packed, (*pack_types(), *PREDICT_PACKED_TYPES))
+    """The compiled :func:`predict_packed` for the event pack and PREDICT_PACKED_TYPES."""
+    return compiled_entry(predict_packed, (event_pack_type(), *PREDICT_PACKED_TYPES))
 
 
 Source = Callable[..., float]
-"""A fused prediction of one encoder kind: (x, encoder, single, event pack, state pack,
-which) → the code of :func:`row_prediction` (the row's length in the event pack's ``row``),
+"""A fused prediction of one encoder kind: (x, encoder, single, event pack, which) → the code of :func:`row_prediction` (the row's length in the event pack's ``row``),
 NOT_BUILT when
 the event is not for the compiled builder; ``single`` is the learner's
 ``learning._one.SingleEvent`` (the encoder's constants, ``raw``), the event pack that of its
@@ -251,12 +251,12 @@ def fused_source(encoder: Any) -> tuple[Source, tuple[int, int], int] | None:
     return None
 
 
-def predict_vocabulary_event(  # noqa: PLR0917 - the kernel's arguments, passed on
-    x: Any, encoder: Any, single: Any, event: Any, state: Any, which: int
+def predict_vocabulary_event(
+    x: Any, encoder: Any, single: Any, event: Any, which: int
 ) -> float:
     """The code of a whole-vocabulary event (see :data:`Source`): its values packed into the
     event pack's ``raw``."""
     count = encoder._pack_in_order_into(x, single.raw)
     if count == NO_ROW:
         return NOT_BUILT
-    return predict_packed_entry()(state, event, count, single.constants[1], which)
+    return predict_packed_entry()(event, count, single.constants[1], which)

@@ -42,13 +42,14 @@ from learning import _kernels as k
 from learning import _single
 from learning._arrays import (
     BINARY_ROWS_TOUCHED,
+    LinearState,
     MULTICLASS_ROWS_TOUCHED,
     entry_bytes,
 )
 from learning._fused import ROW_LENGTH_BYTES, Source, fused_source, walked_constants
 from learning._rows import Rows, prediction_rows
 from learning._single import NO_CHECK
-from learning._state_pack import event_pack
+from learning._state_pack import event_pack, state_pack
 from learning._voter_index import empty_index
 from learning.encoders import RowKey
 from learning.encoders._common import PLAIN_NUMBER_TYPES
@@ -125,8 +126,10 @@ class SingleEvent:
     content; the row's length is ``row[0]``), else 0. Whatever writes the buffers
     first sets it to 0."""
     pack: Any = None
-    """The event pack of the buffers (:func:`learning._state_pack.event_pack`; None: made on
+    """The event pack of the buffers and of ``pack_state`` (:func:`learner_pack`; None: made on
     next use, as after a copy or a pickle, which forget it, or after ``names`` grew)."""
+    pack_state: Any = None
+    """The state pack ``pack`` holds (:func:`learning._state_pack.state_pack`)."""
 
 
 def outputs(n: int, multiclass: bool) -> Outputs:
@@ -171,15 +174,18 @@ def single_event(learner: LinearLearner) -> SingleEvent:
     return single
 
 
-def buffers_pack(single: SingleEvent) -> Any:
-    """The event pack of the single-event buffers, made when there is none."""
-    pack = single.pack
-    if pack is None:
-        pack = event_pack(
-            single.raw, single.columns, single.values, single.names, single.ends, single.row
-        )
-        single.pack = pack
-    return pack
+def learner_pack(single: SingleEvent, state: LinearState) -> Any:
+    """The event pack of the single-event buffers holding ``state``'s pack, made anew when the
+    kept one holds another (the state's arrays were replaced, or it is another state) or none
+    is kept. The hot paths test ``single.pack_state is state.__dict__.get(PACK_KEY)`` inline."""
+    current = state_pack(state)
+    if single.pack is None or single.pack_state is not current:
+        single.pack = event_pack(
+            single.raw, single.columns, single.values, single.names, single.ends, single.row,
+            current,
+        )  # fmt: skip
+        single.pack_state = current
+    return single.pack
 
 
 def walk_with_room(single: SingleEvent, x: Any) -> int:
@@ -189,7 +195,7 @@ def walk_with_room(single: SingleEvent, x: Any) -> int:
     count = NAMES_FULL
     while count == NAMES_FULL:
         single.names = bytearray(2 * len(single.names))
-        single.pack = None
+        single.pack = single.pack_state = None
         count = single.walker.pack(x, single.limit, single.names, single.ends, single.raw)
     return count
 

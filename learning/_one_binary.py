@@ -23,13 +23,13 @@ from learning._kernels import VOTED
 from learning._one import (
     SINGLE_EVENT_KEY,
     buffered_row,
-    buffers_pack,
+    learner_pack,
     holds,
     predict_one_general,
     single_event,
     walk_with_room,
 )
-from learning._state_pack import PACK_KEY, state_pack
+from learning._state_pack import PACK_KEY
 from learning.encoders._walk import NAMES_FULL
 from learning.predictor import PREDICTOR_CODES
 
@@ -58,7 +58,7 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
     walked = single.walked  # 0 unless the walker holds a walk
     walker: Any = single.walker
     if walked and walker.same(x, walked, single.names, single.ends, single.raw):
-        n = int(single.row[0])
+        n = single.row[0]
     else:
         event = single.event
         if event is not None and holds(event, x):
@@ -69,10 +69,12 @@ def learn_one(learner: Perceptron, x: Any, y: Hashable) -> bool:
     if not (state.irregular or learner.prequential_voted):
         if state.voter_columns is not NO_COLUMNS:
             learner._voter_columns()  # drops the copies nothing keeps up to date without the vote
+        pack = single.pack  # learner_pack(single, state), inline
+        if pack is None or single.pack_state is not state.__dict__.get(PACK_KEY):
+            pack = learner_pack(single, state)
         result = learn_buffered_entry()(
-            state.__dict__.get(PACK_KEY) or state_pack(state), single.pack or buffers_pack(single),
-            n, target, learner.max_voters, learner.max_voter_bytes // single.entry_size,
-        )  # fmt: skip
+            pack, n, target, learner.max_voters, learner.max_voter_bytes // single.entry_size
+        )
         if result >= _single.NO_UPDATE:
             return result == _single.UPDATED
         # NEEDS_WIDTH (a vocabulary grows with its names) or NEEDS_ROOM, nothing changed: the
@@ -100,11 +102,11 @@ def predict_one(learner: Perceptron, x: Any, **kwargs: Any) -> Hashable:
         if count == NAMES_FULL:
             count = walk_with_room(single, x)
         if count > 0:
+            pack = single.pack  # learner_pack(single, state), inline
+            if pack is None or single.pack_state is not state.__dict__.get(PACK_KEY):
+                pack = learner_pack(single, state)
             n_buckets, offset = single.constants
-            code = predict_walked_entry()(
-                state.__dict__.get(PACK_KEY) or state_pack(state),
-                single.pack or buffers_pack(single), count, n_buckets, offset, which,
-            )  # fmt: skip
+            code = predict_walked_entry()(pack, count, n_buckets, offset, which)
             if code != NOT_BUILT:
                 single.walked = count
                 if code != NO_CODE:
@@ -116,13 +118,10 @@ def predict_one(learner: Perceptron, x: Any, **kwargs: Any) -> Hashable:
         # hold gets the same row again, and scores of the weights as they are now. A source
         # writes the buffers only in its last step, the compiled call, which raises nothing:
         # what they held is forgotten after it.
-        code = source(
-            x, learner.encoder, single, single.pack or buffers_pack(single),
-            state.__dict__.get(PACK_KEY) or state_pack(state), which,
-        )  # fmt: skip
+        code = source(x, learner.encoder, single, learner_pack(single, state), which)
         single.key = None
         if code != NOT_BUILT:
-            n = int(single.row[0])
+            n = single.row[0]
             # snapshot(x, n, ordered), inline: the row depends on the order of the names when
             # more of them merged into other names' columns than single.order_free.
             ordered = len(x) - n + single.constants[1] > single.order_free

@@ -9,7 +9,7 @@ from numba.core import types
 from numba.experimental import structref
 
 from learning._kernels import _jit
-from learning._state_pack import EVENT_PACK_FIELDS, PACK_FIELDS
+from learning._state_pack import EVENT_PACK_FIELDS, EVENT_STATE_FIELD, PACK_FIELDS
 from learning.jit import numba_types
 
 
@@ -47,8 +47,8 @@ def struct_type(fields: tuple[tuple[str, str], ...]) -> Any:
 
 PACK_TYPE = struct_type(PACK_FIELDS)
 """numba's type of a state pack (the arrays of ``PACK_FIELDS``)."""
-EVENT_PACK_TYPE = struct_type(EVENT_PACK_FIELDS)
-"""numba's type of an event pack (the buffers of ``EVENT_PACK_FIELDS``)."""
+EVENT_PACK_TYPE = struct_type((*EVENT_PACK_FIELDS, (EVENT_STATE_FIELD, PACK_TYPE)))
+"""numba's type of an event pack (the buffers of ``EVENT_PACK_FIELDS``, then the state pack)."""
 
 
 @_jit
@@ -81,7 +81,14 @@ def new_pack(  # noqa: PLR0917 - numba kernels take positional arrays
 
 @_jit
 def new_event_pack(  # noqa: PLR0917 - numba kernels take positional arrays
-    raw: Any, columns: Any, values: Any, partial: Any, names: Any, ends: Any, row: Any
+    raw: Any,
+    columns: Any,
+    values: Any,
+    partial: Any,
+    names: Any,
+    ends: Any,
+    row: Any,
+    state: Any,
 ) -> Any:
     """A pack of EVENT_PACK_TYPE holding these arrays."""
     pack = _numba_structref.new(EVENT_PACK_TYPE)
@@ -92,4 +99,5 @@ def new_event_pack(  # noqa: PLR0917 - numba kernels take positional arrays
     pack.names = names
     pack.ends = ends
     pack.row = row
+    pack.state = state
     return pack

@@ -14,9 +14,10 @@ the state's current arrays. Copies and pickles of a state forget the pack (it is
 next event builds a new one over the copy's arrays).
 
 An event pack holds a learner's single-event buffers (``learning._one.SingleEvent``: the event's
-values packed as float64, the row's columns and values, the scratch of a sparse row's scores).
-Those buffers are never replaced, so it is made once and kept with them; copies and pickles
-forget it too (the copy's next event makes one over its own buffers).
+values packed as float64 or walked, the row's columns and values, scratch) and the state pack of
+the learner's state, so a one-event kernel takes one pack. It is made anew whenever its state
+pack is not the state's current one (``learning._one.learner_pack``) or a buffer was replaced;
+copies and pickles forget it too (the copy's next event makes one over its own buffers).
 
 The numba side of both packs (their types, their Python class, the kernels making them) is
 :mod:`learning._pack_type`, imported on a pack's first use: importing it imports numba
@@ -64,14 +65,16 @@ EVENT_PACK_FIELDS = (
 ``struct.pack_into`` or a walk of the event, :mod:`learning.encoders._walk`), the row's columns
 and values, PARTIAL_SUMS of scratch, the walk's names and their ends, and the scores of a fused
 prediction (``row``: the length of the row it wrote)."""
+EVENT_STATE_FIELD = "state"
+"""The event pack's last field: the state pack of the learner's state (the kernels take one
+pack: each pack unboxed costs a call about 0.12 µs, measured)."""
 
 
-def pack_types() -> tuple[Any, Any]:
-    """numba's types of a state pack and of an event pack
-    (:data:`learning._pack_type.PACK_TYPE`, :data:`learning._pack_type.EVENT_PACK_TYPE`)."""
-    from learning._pack_type import EVENT_PACK_TYPE, PACK_TYPE  # noqa: PLC0415 - numba on first use
+def event_pack_type() -> Any:
+    """numba's type of an event pack (:data:`learning._pack_type.EVENT_PACK_TYPE`)."""
+    from learning._pack_type import EVENT_PACK_TYPE  # noqa: PLC0415 - numba on first use
 
-    return PACK_TYPE, EVENT_PACK_TYPE
+    return EVENT_PACK_TYPE
 
 
 def state_pack(state: LinearState) -> Any:
@@ -92,10 +95,11 @@ def event_pack(  # noqa: PLR0917 - the buffers, in the pack's order
     names: bytearray,
     ends: bytearray,
     row: array[int],
+    state: Any,
 ) -> Any:
     """A pack of the single-event buffers: ``raw`` seen as float64, the row's ``columns`` and
     ``values`` (C-contiguous int64 and float64), fresh scratch, ``names`` seen as bytes,
-    ``ends`` and ``row`` (an ``array("q")``) as int64."""
+    ``ends`` and ``row`` (an ``array("q")``) as int64; and a state pack."""
     from learning._pack_type import new_event_pack  # noqa: PLC0415 - numba on first use
 
     return new_event_pack(
@@ -106,4 +110,5 @@ def event_pack(  # noqa: PLR0917 - the buffers, in the pack's order
         np.frombuffer(names, dtype=np.uint8),
         np.frombuffer(ends, dtype=np.int64),
         np.frombuffer(row, dtype=np.int64),
+        state,
     )
