@@ -33,7 +33,9 @@ keeps nothing between calls except the state arrays it is given, so the results 
 however a stream is cut into batches. Dot products use four explicit partial sums, element j going
 to partial sum j mod 4, combined in a fixed order, and no fast-math flags, so the rounding is fixed
 by the source and does not depend on the vector width LLVM picks for a given CPU: a checkpoint
-replays identically on another machine. A sparse dot visits the non-zero columns in increasing
+replays identically on another machine (a dense row's pass, :func:`dense_row_pass`, holds the four
+partial sums as the four lanes of one vector: the same additions in the same order, see
+:mod:`learning._lanes`). A sparse dot visits the non-zero columns in increasing
 order and puts column j into partial sum j mod 4 too; the zeros a dense pass also adds change
 nothing (a partial sum starts at +0.0 and can never become -0.0, so adding ±0.0 leaves it as it
 is), so **sparse and dense rows of the same vector give bit-identical results**. The same fact lets
@@ -171,8 +173,9 @@ def choose(draw: np.uint64, count: int) -> int:
     return int(((draw >> HALF_WORD) * np.uint64(count)) >> HALF_WORD)
 
 
-# dot, compact_dot and row_scores repeat the same four-lane loop on purpose: row_scores reads x
-# once for two products; calling dot from it would read the vectors twice.
+# dot, compact_dot and dense_row_pass repeat the same four-lane sums on purpose: dense_row_pass
+# reads x once for three products (as vector lanes, see learning._lanes); calling dot from it
+# would read the vectors three times.
 
 
 @_jit
