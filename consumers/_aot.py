@@ -26,6 +26,7 @@ SPEC = Spec(
         "consumers.decoding.fastsparse",
         "consumers.decoding.scan",
         "learning._kernels",
+        "learning._lanes",
         "learning.encoders._murmur",
         "learning.jit",
     ),

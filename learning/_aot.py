@@ -46,6 +46,7 @@ SPEC = Spec(
     sources=(
         "learning._binary_step",
         "learning._kernels",
+        "learning._lanes",
         "learning._learn",
         "learning._rng",
         "learning._scoring",

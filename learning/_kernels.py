@@ -33,7 +33,9 @@ keeps nothing between calls except the state arrays it is given, so the results 
 however a stream is cut into batches. Dot products use four explicit partial sums, element j going
 to partial sum j mod 4, combined in a fixed order, and no fast-math flags, so the rounding is fixed
 by the source and does not depend on the vector width LLVM picks for a given CPU: a checkpoint
-replays identically on another machine. A sparse dot visits the non-zero columns in increasing
+replays identically on another machine (a dense row's pass, :func:`dense_row_pass`, holds the four
+partial sums as the four lanes of one vector: the same additions in the same order, see
+:mod:`learning._lanes`). A sparse dot visits the non-zero columns in increasing
 order and puts column j into partial sum j mod 4 too; the zeros a dense pass also adds change
 nothing (a partial sum starts at +0.0 and can never become -0.0, so adding ±0.0 leaves it as it
 is), so **sparse and dense rows of the same vector give bit-identical results**. The same fact lets
@@ -65,6 +67,7 @@ binary one ignores the generator), so one call site serves them alike.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -72,6 +75,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from learning import _rng
+from learning._lanes import lane_dots
 from learning.jit import Deferred, jit, jit_inline, numba_types
 
 logger = logging.getLogger(__name__)
@@ -114,6 +118,8 @@ BELOW_ANY_VOTE = -(2**62)
 UNROLL = 4
 LANE_MASK = UNROLL - 1
 """Column j goes to partial sum j & LANE_MASK (= j mod 4)."""
+NO_LIMIT = math.inf
+"""The ``limit`` of :func:`dense_row_pass` when the caller does not check the values."""
 PARTIAL_SUMS = 2 * UNROLL
 """Scratch entries of a sparse row's two scores (see sparse_row_scores)."""
 
@@ -167,8 +173,9 @@ def choose(draw: np.uint64, count: int) -> int:
     return int(((draw >> HALF_WORD) * np.uint64(count)) >> HALF_WORD)
 
 
-# dot, compact_dot and row_scores repeat the same four-lane loop on purpose: row_scores reads x
-# once for two products; calling dot from it would read the vectors twice.
+# dot, compact_dot and dense_row_pass repeat the same four-lane sums on purpose: dense_row_pass
+# reads x once for three products (as vector lanes, see learning._lanes); calling dot from it
+# would read the vectors three times.
 
 
 @_jit
@@ -334,37 +341,51 @@ def row_scores(  # noqa: PLR0917 - numba kernels take positional arrays
     """
     if not dense:
         return sparse_row_scores(w, sums, seen, cols, vals, partial)
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    t0 = 0.0
-    t1 = 0.0
-    t2 = 0.0
-    t3 = 0.0
+    score, total, _, _, _ = dense_row_pass(w, sums, seen, vals, NO_LIMIT)
+    return score, total
+
+
+@_inline
+def dense_row_pass(
+    w: Floats, sums: Floats, seen: int, vals: Floats, limit: float
+) -> tuple[float, float, float, bool, bool]:
+    """(w·x, (Σ post-event w)·x, ‖x‖², valid, no_zeros) of a dense row, in one pass over it.
+
+    The scores are :func:`row_scores`'s and ‖x‖² is ``dot(x, x, n)``: element j goes to partial
+    sum j mod 4, the first n - n mod 4 elements summed by :func:`learning._lanes.lane_dots`, whose
+    four vector lanes are those four partial sums. ``valid``: every value is finite and within
+    ±``limit``; ``no_zeros``: every value is non-zero.
+    """
     n = vals.shape[0]
     m = n - n % UNROLL
-    for j in range(0, m, UNROLL):
-        s0 += w[j] * vals[j]
-        s1 += w[j + 1] * vals[j + 1]
-        s2 += w[j + 2] * vals[j + 2]
-        s3 += w[j + 3] * vals[j + 3]
-        t0 += sums[j] * vals[j]
-        t1 += sums[j + 1] * vals[j + 1]
-        t2 += sums[j + 2] * vals[j + 2]
-        t3 += sums[j + 3] * vals[j + 3]
+    s0, s1, s2, s3, t0, t1, t2, t3, q0, q1, q2, q3, valid, no_zeros = lane_dots(
+        w, sums, vals, m, limit
+    )
     tail = n - m
     if tail > 0:
-        s0 += w[m] * vals[m]
-        t0 += sums[m] * vals[m]
+        v = vals[m]
+        s0 += w[m] * v
+        t0 += sums[m] * v
+        q0 += v * v
+        valid &= abs(v) <= limit
+        no_zeros &= v != 0.0
     if tail > 1:
-        s1 += w[m + 1] * vals[m + 1]
-        t1 += sums[m + 1] * vals[m + 1]
+        v = vals[m + 1]
+        s1 += w[m + 1] * v
+        t1 += sums[m + 1] * v
+        q1 += v * v
+        valid &= abs(v) <= limit
+        no_zeros &= v != 0.0
     if tail > 2:
-        s2 += w[m + 2] * vals[m + 2]
-        t2 += sums[m + 2] * vals[m + 2]
+        v = vals[m + 2]
+        s2 += w[m + 2] * v
+        t2 += sums[m + 2] * v
+        q2 += v * v
+        valid &= abs(v) <= limit
+        no_zeros &= v != 0.0
     score = (s0 + s1) + (s2 + s3)
-    return score, ((t0 + t1) + (t2 + t3)) + seen * score
+    total = ((t0 + t1) + (t2 + t3)) + seen * score
+    return score, total, (q0 + q1) + (q2 + q3), valid, no_zeros
 
 
 @_inline

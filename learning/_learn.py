@@ -19,6 +19,7 @@ from learning._kernels import (
     DROPPED_VOTERS,
     GOLDEN_GAMMA,
     N_VOTERS,
+    NO_LIMIT,
     PARTIAL_SUMS,
     PQ_AVERAGED,
     PQ_LAST,
@@ -34,6 +35,7 @@ from learning._kernels import (
     argmax_tie,
     compact_dot,
     count_touched,
+    dense_row_pass,
     first_invalid_value,
     row_scores,
     row_span,
@@ -144,7 +146,9 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
     if dense and no_zeros and n > 0 and 0 <= start <= log_cols.shape[0] - n:
         # The common dense case in one pass, logged as a dense run (see learning._voters).
         log_cols[start] = DENSE_RUN
-        x_sq = dense_update(w, a, vals, log_old[which, start : start + n], step, step * time_step)
+        dense_update(w, a, vals, log_old[which, start : start + n], step, step * time_step)
+        if x_sq == UNKNOWN_NORM:
+            _, _, x_sq, _, _ = dense_row_pass(vals, vals, 0, vals, NO_LIMIT)
     else:
         if start >= 0:
             log_old_values(w, cols, vals, dense, log_cols, log_old, which, start, no_zeros)
@@ -160,58 +164,14 @@ def apply_update(  # noqa: PLR0917 - numba kernels take positional arrays
 @_jit
 def dense_update(  # noqa: PLR0917 - numba kernels take positional arrays
     w: Floats, a: Floats, vals: Floats, log: Floats, step: float, drift: float
-) -> float:
-    """log ← w, w += step·x, a -= drift·x over a whole dense row in one pass; returns ‖x‖².
-
-    ‖x‖² is summed in four partial sums by index mod 4, combined as :func:`dot` combines them
-    (so it equals ``compact_dot(x, cols, x, True)`` bit for bit); the loop is unrolled by hand
-    so the four sums ride along with the stores.
-    """
-    n = vals.shape[0]
-    q0 = 0.0
-    q1 = 0.0
-    q2 = 0.0
-    q3 = 0.0
-    m = n - n % UNROLL
-    for j in range(0, m, UNROLL):
-        v0 = vals[j]
-        v1 = vals[j + 1]
-        v2 = vals[j + 2]
-        v3 = vals[j + 3]
-        o0 = w[j]
-        o1 = w[j + 1]
-        o2 = w[j + 2]
-        o3 = w[j + 3]
-        log[j] = o0
-        log[j + 1] = o1
-        log[j + 2] = o2
-        log[j + 3] = o3
-        w[j] = o0 + step * v0
-        w[j + 1] = o1 + step * v1
-        w[j + 2] = o2 + step * v2
-        w[j + 3] = o3 + step * v3
-        a[j] -= drift * v0
-        a[j + 1] -= drift * v1
-        a[j + 2] -= drift * v2
-        a[j + 3] -= drift * v3
-        q0 += v0 * v0
-        q1 += v1 * v1
-        q2 += v2 * v2
-        q3 += v3 * v3
-    for j in range(m, n):
+) -> None:
+    """log ← w, w += step·x, a -= drift·x over a whole dense row, in one loop LLVM vectorises."""
+    for j in range(vals.shape[0]):
         v = vals[j]
         old = w[j]
         log[j] = old
         w[j] = old + step * v
         a[j] -= drift * v
-        lane = j - m
-        if lane == 0:
-            q0 += v * v
-        elif lane == 1:
-            q1 += v * v
-        else:
-            q2 += v * v
-    return (q0 + q1) + (q2 + q3)
 
 
 @_inline
@@ -297,12 +257,20 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         start, stop = row_span(indptr, width, i)
         vals = values[start:stop]
         cols = indices[0:width] if dense else indices[start:stop]
-        if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
-            return i
-        target = y[i]
         seen = counters[SEEN]
+        if dense:
+            # One pass reads the row: its scores, ‖x‖² and its check, before anything changes.
+            score, total, x_sq, valid, no_zeros = dense_row_pass(w, a, seen, vals, limit)
+            if limit > 0.0 and not valid:
+                return i
+        else:
+            if limit > 0.0 and first_invalid_value(vals, limit) >= 0:
+                return i
+            score, total = row_scores(w, a, seen, cols, vals, dense, partial)
+            x_sq = UNKNOWN_NORM
+            no_zeros = False
+        target = y[i]
         live = seen - counters[BORN_MODEL]
-        score, total = row_scores(w, a, seen, cols, vals, dense, partial)
         predicted = sign(score)
         count_mistakes(score, total, target, counters)
         if prequential_voted:
@@ -329,7 +297,9 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
         update = target * score <= 0.0
         out_updates[i] = update
         if update:
-            touched = count_touched(vals) if live > 0 else 0
+            touched = 0
+            if live > 0:
+                touched = vals.shape[0] if no_zeros else count_touched(vals)
             entry = open_entry(
                 live, touched, 0, NO_ROW, log_counts, log_rows,
                 log_start, log_len, counters, max_voters, max_entries, log_cols.shape[0],
@@ -340,7 +310,7 @@ def learn_binary(  # noqa: PLR0917 - numba kernels take positional arrays
                     voter_columns[j, slot] = w[j]
             apply_update(
                 weights, weight_sums, row_sq, 0, cols, vals, dense, target > 0.0, seen, score,
-                UNKNOWN_NORM, log_cols, log_old, 0, entry, touched == vals.shape[0],
+                x_sq, log_cols, log_old, 0, entry, touched == vals.shape[0],
             )  # fmt: skip
             if entry >= 0 and indexed:
                 oldest = counters[DROPPED_VOTERS]
