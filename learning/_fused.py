@@ -105,7 +105,7 @@ def packed_prediction(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 @jit_held
-def predict_walked(  # noqa: PLR0917 - numba kernels take positional arrays
+def predict_walked(
     event: Any,
     count: int,
     n_buckets: int,
@@ -181,7 +181,7 @@ def learn_row(  # noqa: PLR0917 - numba kernels take positional arrays
 
 
 @jit_held
-def learn_buffered(  # noqa: PLR0917 - numba kernels take positional arrays
+def learn_buffered(
     event: Any,
     n: int,
     target: float,
@@ -221,11 +221,10 @@ def predict_packed_entry() -> Callable[..., float]:
 
 
 Source = Callable[..., float]
-"""A fused prediction of one encoder kind: (x, encoder, single, event pack, which) → the code of :func:`row_prediction` (the row's length in the event pack's ``row``),
-NOT_BUILT when
-the event is not for the compiled builder; ``single`` is the learner's
-``learning._one.SingleEvent`` (the encoder's constants, ``raw``), the event pack that of its
-buffers."""
+"""A fused prediction of one encoder kind: (x, encoder, single, event pack, which) → the code
+of :func:`row_prediction` (the row's length in the event pack's ``row``), NOT_BUILT when the
+event is not for the compiled builder; ``single`` is the learner's ``learning._one.SingleEvent``
+(the encoder's constants, ``raw``), the event pack that of its buffers."""
 
 
 PACKED_ORDER_FREE_MERGES = 0
@@ -251,9 +250,7 @@ def fused_source(encoder: Any) -> tuple[Source, tuple[int, int], int] | None:
     return None
 
 
-def predict_vocabulary_event(
-    x: Any, encoder: Any, single: Any, event: Any, which: int
-) -> float:
+def predict_vocabulary_event(x: Any, encoder: Any, single: Any, event: Any, which: int) -> float:
     """The code of a whole-vocabulary event (see :data:`Source`): its values packed into the
     event pack's ``raw``."""
     count = encoder._pack_in_order_into(x, single.raw)

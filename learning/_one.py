@@ -42,8 +42,8 @@ from learning import _kernels as k
 from learning import _single
 from learning._arrays import (
     BINARY_ROWS_TOUCHED,
-    LinearState,
     MULTICLASS_ROWS_TOUCHED,
+    LinearState,
     entry_bytes,
 )
 from learning._fused import ROW_LENGTH_BYTES, Source, fused_source, walked_constants

@@ -23,8 +23,8 @@ from learning._kernels import VOTED
 from learning._one import (
     SINGLE_EVENT_KEY,
     buffered_row,
-    learner_pack,
     holds,
+    learner_pack,
     predict_one_general,
     single_event,
     walk_with_room,
