@@ -45,7 +45,7 @@ NAMES_FULL = -2
 """``pack``: the names do not fit in the ``names`` bytearray."""
 ENTRY_BYTES = 8
 """Bytes of one entry's end (int64) and of its value (float64)."""
-UTF8 = "utf-8"
+PLAIN_NAME_TYPES = frozenset({str})
 
 Pack = Callable[[Any, int, bytearray, bytearray, bytearray], int]
 Same = Callable[[Any, int, bytearray, bytearray, bytearray], bool]
@@ -61,31 +61,46 @@ class Walker:
     """Whether the C extension serves them."""
 
 
+def plain_content(mapping: Any, limit: int, room: int) -> tuple[list[bytes], bytes] | None:
+    """The names' UTF-8 bytes and the values packed as float64 of a mapping of the contract's
+    form with at most ``min(limit, room)`` entries, else None."""
+    if type(mapping) is not dict:
+        return None
+    count = len(mapping)
+    if not 0 < count <= min(limit, room):
+        return None
+    if not PLAIN_NUMBER_TYPES.issuperset(map(type, mapping.values())):
+        return None
+    if not PLAIN_NAME_TYPES.issuperset(map(type, mapping)):
+        return None
+    try:
+        encoded = list(map(str.encode, mapping))  # UTF-8, strict: a lone surrogate raises
+        packed = struct.pack(f"{count}d", *mapping.values())
+    except (UnicodeEncodeError, OverflowError, struct.error):
+        return None
+    return encoded, packed
+
+
+def packed_ends(encoded: list[bytes]) -> bytes:
+    """The int64 ends of these names written one after the other."""
+    return struct.pack(f"{len(encoded)}q", *accumulate(map(len, encoded)))
+
+
 def pack_python(
     mapping: Any, limit: int, names: bytearray, ends: bytearray, values: bytearray
 ) -> int:
     """``pack`` of the module docs, in Python."""
-    if type(mapping) is not dict:
+    content = plain_content(mapping, limit, min(len(ends), len(values)) // ENTRY_BYTES)
+    if content is None:
         return NOT_WALKED
-    count = len(mapping)
-    room = min(len(ends), len(values)) // ENTRY_BYTES
-    if not 0 < count <= min(limit, room):
-        return NOT_WALKED
-    if not PLAIN_NUMBER_TYPES.issuperset(map(type, mapping.values())):
-        return NOT_WALKED
-    if not all(type(name) is str for name in mapping):
-        return NOT_WALKED
-    try:
-        encoded = [name.encode(UTF8) for name in mapping]
-        struct.pack_into(f"{count}d", values, 0, *mapping.values())
-    except (UnicodeEncodeError, OverflowError, struct.error):
-        return NOT_WALKED
+    encoded, packed = content
     joined = b"".join(encoded)
     if len(joined) > len(names):
         return NAMES_FULL
     names[: len(joined)] = joined
-    struct.pack_into(f"{count}q", ends, 0, *accumulate(map(len, encoded)))
-    return count
+    ends[: len(packed)] = packed_ends(encoded)
+    values[: len(packed)] = packed
+    return len(encoded)
 
 
 def same_python(
@@ -93,18 +108,17 @@ def same_python(
 ) -> bool:
     """``same`` of the module docs, in Python."""
     room = min(len(ends), len(values)) // ENTRY_BYTES
-    if type(mapping) is not dict or len(mapping) != count or not 0 < count <= room:
+    if type(mapping) is not dict or len(mapping) != count:
         return False
-    fresh = (bytearray(len(names)), bytearray(len(ends)), bytearray(len(values)))
-    if pack_python(mapping, count, *fresh) != count:
+    content = plain_content(mapping, count, room)
+    if content is None:
         return False
-    width = count * ENTRY_BYTES
-    used = struct.unpack_from("q", ends, width - ENTRY_BYTES)[0]
+    encoded, packed = content
+    joined = b"".join(encoded)
     return (
-        fresh[1][:width] == ends[:width]
-        and fresh[2][:width] == values[:width]
-        and 0 <= used <= len(names)
-        and fresh[0][:used] == names[:used]
+        values[: len(packed)] == packed
+        and ends[: len(packed)] == packed_ends(encoded)
+        and names[: len(joined)] == joined
     )
 
 
