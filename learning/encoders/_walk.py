@@ -23,7 +23,7 @@ The C extension ``learning.encoders._dictwalk`` serves both when it was built (`
 this module's Python functions, with the same contract, serve otherwise (no C compiler at
 install). ``tests/unit/learning/test_walk.py`` holds them to the same results.
 
-Measured (one run, 2026-12-01 18:05 UTC, load 0.6; the 20-of-100,000-words events of
+Measured (one run, 2026-12-01 17:55 UTC, load 0.6; the 20-of-100,000-words events of
 :mod:`bench.sparse_stream`): ``pack`` of one event, 0.62 µs from C; the encoder's content in
 Python (``HashingEncoder._murmur_content``: type checks, a join, ``struct.pack``), 3.75 µs.
 """
