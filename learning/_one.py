@@ -103,8 +103,6 @@ class SingleEvent:
     """Its encoder's constants (a walked learner's: :func:`learning._fused.walked_constants`)."""
     row: array[int] = field(default_factory=lambda: array("q", bytes(ROW_LENGTH_BYTES)))
     """The length of the row a fused prediction wrote to ``columns`` / ``values``."""
-    width: int = 0
-    """A walked learner's encoder's dimension (fixed by its hyperparameters), else 0."""
     order_free: int = -1
     """Most names its fused rows may merge into other names' columns with the row still not
     depending on the order of the names (-1: the rows always depend on it)."""
@@ -164,7 +162,6 @@ def single_event(learner: LinearLearner) -> SingleEvent:
         if walked is not None:
             single.walker = walker()
             single.constants = walked
-            single.width = sum(walked)
             single.limit = limit or 0
             single.names = bytearray(NAMES_BYTES)
             single.ends = bytearray(len(single.raw))

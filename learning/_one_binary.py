@@ -99,7 +99,7 @@ def predict_one(learner: Perceptron, x: Any, **kwargs: Any) -> Hashable:
         single.event = single.key = None
         single.walked = 0
         count = walker.pack(x, single.limit, single.names, single.ends, single.raw)
-        if count < 0 and count == NAMES_FULL:
+        if count == NAMES_FULL:
             count = walk_with_room(single, x)
         if count > 0:
             pack = single.pack  # learner_pack(single, state), inline
