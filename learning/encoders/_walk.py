@@ -46,6 +46,7 @@ NAMES_FULL = -2
 ENTRY_BYTES = 8
 """Bytes of one entry's end (int64) and of its value (float64)."""
 PLAIN_NAME_TYPES = frozenset({str})
+"""The one type of a walked name (a ``str`` subclass takes the precise path)."""
 
 Pack = Callable[[Any, int, bytearray, bytearray, bytearray], int]
 Same = Callable[[Any, int, bytearray, bytearray, bytearray], bool]

@@ -139,6 +139,14 @@ def test_same_refuses_what_equality_accepts(walk: Walker | None) -> None:
     assert not walk.same({"a": 1.0, "b": 0.0}, count, *room)
 
 
+def test_the_extension_returns_the_contracts_codes() -> None:
+    from learning.encoders import _dictwalk  # noqa: PLC0415 - the extension itself
+
+    assert (_dictwalk.NOT_WALKED, _dictwalk.NAMES_FULL) == (NOT_WALKED, NAMES_FULL)
+    assert NOT_WALKED != NAMES_FULL  # control: the two codes tell the cases apart
+    assert compiled().pack({"a": None}, LIMIT, *buffers(8)) == NOT_WALKED
+
+
 def test_a_name_too_long_for_the_buffer_asks_for_room() -> None:
     for walk in (compiled(), PYTHON_WALKER):
         event = {"a" * 40: 1.0}
