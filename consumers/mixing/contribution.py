@@ -7,7 +7,10 @@ Kafka transaction as the round's dead letters and the group offset of p at ``end
 contribution exists exactly when its round's effects do.
 
 The value is JSON (orjson): floats are written as their shortest round-trip form, so weights read
-back are bit-identical to the ones written.
+back are bit-identical to the ones written. Every matrix is written with its shape (``shapes``):
+nested JSON lists lose the width of a matrix without rows, and the bound's per-reference
+matrices have no rows when no reference is configured (the default). A record without
+``shapes`` is read from its nested lists, which then must form non-empty matrices.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ class Contribution:
 
     def encode(self) -> bytes:
         """The record value."""
+        histograms = np.asarray(self.bound.histograms, dtype=np.int64)
         return orjson.dumps(
             {
                 "format": CONTRIBUTION_FORMAT,
@@ -98,11 +102,16 @@ class Contribution:
                 "time_cut": self.time_cut,
                 "weights": self.weights,
                 "averaged": self.averaged,
+                "shapes": {
+                    "weights": self.weights.shape,
+                    "averaged": self.averaged.shape,
+                    "histograms": histograms.shape,
+                },
                 "bound": {
                     "seen": self.bound.seen,
                     "mistakes": self.bound.mistakes,
                     "radius_sq": self.bound.radius_sq,
-                    "histograms": np.asarray(self.bound.histograms, dtype=np.int64),
+                    "histograms": histograms,
                     # JSON has no infinity: the smallest margin of a round without events.
                     "min_margins": [
                         None if math.isinf(m) else m for m in self.bound.min_margins.tolist()
@@ -127,6 +136,7 @@ class Contribution:
                 raise ContributionError(f"format {data.get('format')!r}, expected 1")
             partition, round_ = int(data["partition"]), int(data["round"])
             bound = data["bound"]
+            shapes = data.get("shapes", {})
             return cls(
                 group=str(data["group"]),
                 partition=partition,
@@ -138,15 +148,15 @@ class Contribution:
                 dead_lettered={str(k): int(v) for k, v in data["dead_lettered"].items()},
                 prequential={str(k): int(v) for k, v in data["prequential"].items()},
                 time_cut=bool(data["time_cut"]),
-                weights=_matrix(data["weights"], np.float64),
-                averaged=_matrix(data["averaged"], np.float64),
+                weights=_matrix(data["weights"], np.float64, shapes.get("weights")),
+                averaged=_matrix(data["averaged"], np.float64, shapes.get("averaged")),
                 bound=ShardRound(
                     partition=partition,
                     round=round_,
                     seen=int(bound["seen"]),
                     mistakes=int(bound["mistakes"]),
                     radius_sq=float(bound["radius_sq"]),
-                    histograms=_matrix(bound["histograms"], np.int64),
+                    histograms=_matrix(bound["histograms"], np.int64, shapes.get("histograms")),
                     min_margins=np.array(
                         [math.inf if m is None else float(m) for m in bound["min_margins"]],
                         dtype=np.float64,
@@ -159,8 +169,22 @@ class Contribution:
             raise ContributionError(f"not a contribution record: {exc!r}"[:300]) from None
 
 
-def _matrix(values: Any, dtype: type[np.generic]) -> Any:
+def _matrix(values: Any, dtype: type[np.generic], shape: Any) -> Any:
+    """The matrix of nested lists ``values``, whose shape must be ``shape`` (when recorded).
+
+    JSON writes a matrix without rows as ``[]``, whatever its width: only the recorded shape
+    gives it back.
+    """
     array = np.asarray(values, dtype=dtype)
-    if array.ndim != 2:
-        raise ContributionError(f"expected a matrix, got shape {array.shape}")
+    if shape is None:
+        if array.ndim != 2 or array.size == 0:
+            raise ContributionError(f"expected a non-empty matrix, got shape {array.shape}")
+        return array
+    expected = tuple(int(n) for n in shape)
+    if len(expected) != 2 or min(expected) < 0:
+        raise ContributionError(f"a matrix's shape has two sizes, got {list(shape)}")
+    if array.shape == (0,) and expected[0] == 0:
+        return array.reshape(expected)
+    if array.shape != expected:
+        raise ContributionError(f"expected a matrix of shape {expected}, got shape {array.shape}")
     return array
