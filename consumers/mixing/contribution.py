@@ -39,8 +39,45 @@ averaged predictor and the distributed bound by reading them from the start (one
 one total order)."""
 
 
+REFUSAL_FIXES = {
+    "malformed": (
+        "only novikoff instances of this group may write to the contributions topic; if only "
+        "they do, the record is a defect of novikoff: report it with its offset"
+    ),
+    "format": "run the same novikoff version on every instance of the group",
+    "partition": (
+        "mixing needs the events topic's partition count fixed; to change it, start over with a "
+        "new kafka.group_id or mixing.contributions_topic"
+    ),
+    "shape": (
+        "give every instance of the group the same [model] and [bound] settings; to change "
+        "them, start over with a new kafka.group_id or mixing.contributions_topic"
+    ),
+}
+"""Why a follower refuses a contributions record (the ``reason`` label of
+``novikoff_mixing_contributions_refused_total``), and what an operator does about it: the record
+is not a contribution (``malformed``), has a format this version does not read (``format``), names
+a partition the events topic lacks (``partition``), or holds matrices that do not fit this
+instance's model or bound references (``shape``)."""
+REFUSAL_REASONS = tuple(REFUSAL_FIXES)
+
+
 class ContributionError(ValueError):
-    """A contributions-topic record that is not a contribution this code wrote."""
+    """A contributions-topic record that is not a contribution this code can mix.
+
+    ``reason`` is one of :data:`REFUSAL_REASONS`.
+    """
+
+    def __init__(self, message: str, reason: str = "malformed") -> None:
+        super().__init__(message)
+        if reason not in REFUSAL_FIXES:
+            raise ValueError(f"unknown refusal reason {reason!r}")
+        self.reason = reason
+
+    @property
+    def fix(self) -> str:
+        """What an operator does about it."""
+        return REFUSAL_FIXES[self.reason]
 
 
 def default_contributions_topic(topic: str) -> str:
@@ -133,7 +170,9 @@ class Contribution:
         try:
             data: dict[str, Any] = orjson.loads(value or b"")
             if data.get("format") != CONTRIBUTION_FORMAT:
-                raise ContributionError(f"format {data.get('format')!r}, expected 1")
+                raise ContributionError(
+                    f"format {data.get('format')!r}, expected {CONTRIBUTION_FORMAT}", "format"
+                )
             partition, round_ = int(data["partition"]), int(data["round"])
             bound = data["bound"]
             shapes = data.get("shapes", {})

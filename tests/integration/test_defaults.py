@@ -62,6 +62,7 @@ SEED = 7
 LEARNED_TIMEOUT_S = 120.0
 POLL_S = 0.2
 SCORE_TOLERANCE = 1e-9
+PREDICT_TIMEOUT_S = 120.0
 
 MODES = ("learner", "learner-no-transactions", "replica", "mixing")
 REFERENCES = ("none", "one")
@@ -236,6 +237,9 @@ def wait_learned(service: RunningService, condition: Callable[[dict[str, Any]], 
             stats = response.json()
             if condition(stats):
                 return stats
+            if sum(stats["invalid"].values()):
+                # Every event is valid: a dead-lettered one means the cell cannot pass.
+                raise AssertionError(f"valid events dead-lettered: {stats['invalid']}")
         time.sleep(POLL_S)
     raise AssertionError(
         f"not learned within {LEARNED_TIMEOUT_S}s: {stats}; see {service.log_path}"
@@ -271,7 +275,10 @@ def assert_serves(
     Under mixing ``/model``'s ``model_version`` is the mixed round while ``/predict``'s is the
     mixed model's update count, so the versions are compared outside mixing only.
     """
-    response = service.post("/predict", {"instances": [{"features": f} for f in features]})
+    # A process's first prediction of a kind may compile its kernel (numba, cached on disk
+    # afterwards): on a loaded machine that takes longer than the client's default timeout.
+    with httpx.Client(base_url=service.base_url, timeout=PREDICT_TIMEOUT_S) as client:
+        response = client.post("/predict", json={"instances": [{"features": f} for f in features]})
     assert response.status_code == 200, response.text
     body = response.json()
     model = served_model(service)
@@ -293,9 +300,29 @@ def learned_everything(stats: dict[str, Any]) -> bool:
     return bool(stats["seen"] == EVENTS and stats["model_version"] > 0 and stats["ready"])
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("references", REFERENCES)
-@pytest.mark.parametrize("mode", MODES)
+DISCOVERED_CLASSES_DEFECT = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a multiclass model with discovered classes (model.classes = [], the default) "
+        "dead-letters every event as unknown_label: the decoder's label lookup is built from "
+        "the learner's empty class list and never grows (consumers.engine._labels_of); "
+        "mixing declares its classes and is not affected"
+    ),
+)
+
+
+def cells() -> Iterator[Any]:
+    for mode in MODES:
+        for references in REFERENCES:
+            for variant in VARIANTS:
+                discovered = variant == "multiclass-dense" and mode != "mixing"
+                marks = [DISCOVERED_CLASSES_DEFECT] if discovered else []
+                yield pytest.param(
+                    mode, references, variant, id=f"{mode}-{references}-{variant}", marks=marks
+                )
+
+
+@pytest.mark.parametrize(("mode", "references", "variant"), cells())
 def test_defaults_learn_and_serve(
     mode: str,
     references: str,
