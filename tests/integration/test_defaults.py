@@ -40,6 +40,7 @@ import numpy as np
 import orjson
 import pytest
 
+from consumers.mixing.contribution import REFUSAL_REASONS
 from learning.encoders import Encoder
 from service.model import build_encoder
 from service.settings import ModelSettings, load_settings
@@ -240,6 +241,10 @@ def wait_learned(service: RunningService, condition: Callable[[dict[str, Any]], 
             if sum(stats["invalid"].values()):
                 # Every event is valid: a dead-lettered one means the cell cannot pass.
                 raise AssertionError(f"valid events dead-lettered: {stats['invalid']}")
+            if not stats["ready"]:
+                readyz = service.get("/readyz")
+                if "fix:" in readyz.text:  # a cause retrying cannot fix
+                    raise AssertionError(f"not ready: {readyz.text}")
         time.sleep(POLL_S)
     raise AssertionError(
         f"not learned within {LEARNED_TIMEOUT_S}s: {stats}; see {service.log_path}"
@@ -356,6 +361,13 @@ def test_defaults_learn_and_serve(
         expected = ipm(settings.model, events.partitions, ROUND_EVENTS)
         served = served_model(service)["weights"]["last"]
         assert np.asarray(served).tolist() == expected[-1].reshape(np.shape(served)).tolist()
+        refused = [
+            line
+            for line in service.get("/metrics").text.splitlines()
+            if line.startswith("novikoff_mixing_contributions_refused_total{")
+        ]
+        assert len(refused) == len(REFUSAL_REASONS)
+        assert all(line.endswith(" 0.0") for line in refused), refused
         # Control: the offline IPM of another round size is another model.
         other = ipm(settings.model, events.partitions, ROUND_EVENTS // 2)[-1]
         assert other.reshape(np.shape(served)).tolist() != np.asarray(served).tolist()
