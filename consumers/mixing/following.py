@@ -5,6 +5,11 @@ that reads the contributions topic ``read_committed`` into the
 :class:`~consumers.mixing.ledger.MixLedger` (which mixes each complete round), catches up with
 its end, and hands each newly mixed model and the ``/stats`` ``mixing`` section to the engine.
 It is a base class of the runner and shares its state (the attributes declared below).
+
+A record the follower refuses (:class:`~consumers.mixing.contribution.ContributionError`) is
+logged with its fix and counted by reason; the newest refused record of this group is kept until
+the mix next advances, and while the mix is awaited :attr:`~ContributionsFollowing.mix_blocked`
+says why it cannot advance (the runner is then not ready).
 """
 
 from __future__ import annotations
