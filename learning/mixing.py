@@ -221,13 +221,8 @@ class DistributedBound:
                 f"a round mixes partitions 0..{self.partitions - 1} once each, got "
                 f"{sorted(shard.partition for shard in shards)}"
             )
-        expected = self._histograms.shape
         for shard in shards:
-            if shard.histograms.shape != expected or shard.min_margins.shape != expected[:1]:
-                raise ValueError(
-                    f"partition {shard.partition}'s histograms have shape "
-                    f"{shard.histograms.shape}, expected {expected}"
-                )
+            self.check_fits(shard)
         for shard in shards:
             self._histograms += shard.histograms
             np.minimum(self._min_margins, shard.min_margins, out=self._min_margins)
@@ -240,6 +235,17 @@ class DistributedBound:
                 status.bound * (1.0 + VIOLATION_TOLERANCE) + VIOLATION_TOLERANCE
             ):
                 self._violation_round[r] = self._rounds
+
+    def check_fits(self, shard: ShardRound) -> None:
+        """Raise ``ValueError`` unless ``shard`` has a histogram row and a smallest margin per
+        reference, binned over this bound's gamma grid."""
+        expected = self._histograms.shape
+        if shard.histograms.shape != expected or shard.min_margins.shape != expected[:1]:
+            raise ValueError(
+                f"partition {shard.partition}'s histograms have shape "
+                f"{shard.histograms.shape}, expected {expected} ({len(self.names)} reference(s), "
+                f"{self.gamma_grid.size} gammas)"
+            )
 
     # ------------------------------------------------------------------ reading
 

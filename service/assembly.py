@@ -203,6 +203,7 @@ def build_mixing_runner(settings: Settings, engine: Engine, metrics: Metrics) ->
         ensure_topics=lambda: ensure_contributions_topic(settings),
         learns=settings.service.role != "replica",
         fault_observer=metrics,
+        refusal_observer=metrics,
     )
 
 

@@ -14,7 +14,8 @@ contributions topic (``read_committed``), mixing each complete round exactly as 
 
 Readiness: ``/readyz`` answers 503 until the replica holds a model and has read the state topic
 to its end, and again once it has not confirmed for ``[service] replica_max_model_age_seconds``
-that its model is the newest (``novikoff_model_age_seconds``). Predictions never stop: during a
+that its model is the newest (``novikoff_model_age_seconds``), or (mixing) while refused
+contributions keep the mix from advancing. Predictions never stop: during a
 broker outage the last model keeps serving.
 """
 
@@ -123,9 +124,15 @@ class Replica:
 
     @property
     def connected(self) -> bool:
-        """Ready: a model is held and confirmed newest within the age limit."""
+        """Ready: a model is held and confirmed newest within the age limit, and (mixing) the
+        mix is not blocked by refused contributions."""
         age = self.model_age_seconds
-        return age is not None and age <= self._max_age
+        return age is not None and age <= self._max_age and self._mix_blocked is None
+
+    @property
+    def _mix_blocked(self) -> str | None:
+        follower = self.follower
+        return follower.mix_blocked if isinstance(follower, MixingRunner) else None
 
     @property
     def not_ready_reason(self) -> str | None:
@@ -133,6 +140,8 @@ class Replica:
         age = self.model_age_seconds
         problem = self.follower.problem
         suffix = f" ({problem})" if problem else ""
+        if self._mix_blocked is not None and age is not None:
+            return self._mix_blocked
         if not self.follower.holds_model:
             return f"no model from the {self._source} yet{suffix}"
         if age is None:

@@ -7,7 +7,10 @@ Kafka transaction as the round's dead letters and the group offset of p at ``end
 contribution exists exactly when its round's effects do.
 
 The value is JSON (orjson): floats are written as their shortest round-trip form, so weights read
-back are bit-identical to the ones written.
+back are bit-identical to the ones written. Every matrix is written with its shape (``shapes``):
+nested JSON lists lose the width of a matrix without rows, and the bound's per-reference
+matrices have no rows when no reference is configured (the default). A record without
+``shapes`` is read from its nested lists, which then must form non-empty matrices.
 """
 
 from __future__ import annotations
@@ -36,8 +39,45 @@ averaged predictor and the distributed bound by reading them from the start (one
 one total order)."""
 
 
+REFUSAL_FIXES = {
+    "malformed": (
+        "only novikoff instances of this group may write to the contributions topic; if only "
+        "they do, the record is a defect of novikoff: report it with its offset"
+    ),
+    "format": "run the same novikoff version on every instance of the group",
+    "partition": (
+        "mixing needs the events topic's partition count fixed; to change it, start over with a "
+        "new kafka.group_id or mixing.contributions_topic"
+    ),
+    "shape": (
+        "give every instance of the group the same [model] and [bound] settings; to change "
+        "them, start over with a new kafka.group_id or mixing.contributions_topic"
+    ),
+}
+"""Why a follower refuses a contributions record (the ``reason`` label of
+``novikoff_mixing_contributions_refused_total``), and what an operator does about it: the record
+is not a contribution (``malformed``), has a format this version does not read (``format``), names
+a partition the events topic lacks (``partition``), or holds matrices that do not fit this
+instance's model or bound references (``shape``)."""
+REFUSAL_REASONS = tuple(REFUSAL_FIXES)
+
+
 class ContributionError(ValueError):
-    """A contributions-topic record that is not a contribution this code wrote."""
+    """A contributions-topic record that is not a contribution this code can mix.
+
+    ``reason`` is one of :data:`REFUSAL_REASONS`.
+    """
+
+    def __init__(self, message: str, reason: str = "malformed") -> None:
+        super().__init__(message)
+        if reason not in REFUSAL_FIXES:
+            raise ValueError(f"unknown refusal reason {reason!r}")
+        self.reason = reason
+
+    @property
+    def fix(self) -> str:
+        """What an operator does about it."""
+        return REFUSAL_FIXES[self.reason]
 
 
 def default_contributions_topic(topic: str) -> str:
@@ -83,6 +123,7 @@ class Contribution:
 
     def encode(self) -> bytes:
         """The record value."""
+        histograms = np.asarray(self.bound.histograms, dtype=np.int64)
         return orjson.dumps(
             {
                 "format": CONTRIBUTION_FORMAT,
@@ -98,11 +139,16 @@ class Contribution:
                 "time_cut": self.time_cut,
                 "weights": self.weights,
                 "averaged": self.averaged,
+                "shapes": {
+                    "weights": self.weights.shape,
+                    "averaged": self.averaged.shape,
+                    "histograms": histograms.shape,
+                },
                 "bound": {
                     "seen": self.bound.seen,
                     "mistakes": self.bound.mistakes,
                     "radius_sq": self.bound.radius_sq,
-                    "histograms": np.asarray(self.bound.histograms, dtype=np.int64),
+                    "histograms": histograms,
                     # JSON has no infinity: the smallest margin of a round without events.
                     "min_margins": [
                         None if math.isinf(m) else m for m in self.bound.min_margins.tolist()
@@ -124,9 +170,12 @@ class Contribution:
         try:
             data: dict[str, Any] = orjson.loads(value or b"")
             if data.get("format") != CONTRIBUTION_FORMAT:
-                raise ContributionError(f"format {data.get('format')!r}, expected 1")
+                raise ContributionError(
+                    f"format {data.get('format')!r}, expected {CONTRIBUTION_FORMAT}", "format"
+                )
             partition, round_ = int(data["partition"]), int(data["round"])
             bound = data["bound"]
+            shapes = data.get("shapes", {})
             return cls(
                 group=str(data["group"]),
                 partition=partition,
@@ -138,15 +187,15 @@ class Contribution:
                 dead_lettered={str(k): int(v) for k, v in data["dead_lettered"].items()},
                 prequential={str(k): int(v) for k, v in data["prequential"].items()},
                 time_cut=bool(data["time_cut"]),
-                weights=_matrix(data["weights"], np.float64),
-                averaged=_matrix(data["averaged"], np.float64),
+                weights=_matrix(data["weights"], np.float64, shapes.get("weights")),
+                averaged=_matrix(data["averaged"], np.float64, shapes.get("averaged")),
                 bound=ShardRound(
                     partition=partition,
                     round=round_,
                     seen=int(bound["seen"]),
                     mistakes=int(bound["mistakes"]),
                     radius_sq=float(bound["radius_sq"]),
-                    histograms=_matrix(bound["histograms"], np.int64),
+                    histograms=_matrix(bound["histograms"], np.int64, shapes.get("histograms")),
                     min_margins=np.array(
                         [math.inf if m is None else float(m) for m in bound["min_margins"]],
                         dtype=np.float64,
@@ -159,8 +208,22 @@ class Contribution:
             raise ContributionError(f"not a contribution record: {exc!r}"[:300]) from None
 
 
-def _matrix(values: Any, dtype: type[np.generic]) -> Any:
+def _matrix(values: Any, dtype: type[np.generic], shape: Any) -> Any:
+    """The matrix of nested lists ``values``, whose shape must be ``shape`` (when recorded).
+
+    JSON writes a matrix without rows as ``[]``, whatever its width: only the recorded shape
+    gives it back.
+    """
     array = np.asarray(values, dtype=dtype)
-    if array.ndim != 2:
-        raise ContributionError(f"expected a matrix, got shape {array.shape}")
+    if shape is None:
+        if array.ndim != 2 or array.size == 0:
+            raise ContributionError(f"expected a non-empty matrix, got shape {array.shape}")
+        return array
+    expected = tuple(int(n) for n in shape)
+    if len(expected) != 2 or min(expected) < 0:
+        raise ContributionError(f"a matrix's shape has two sizes, got {list(shape)}")
+    if array.shape == (0,) and expected[0] == 0:
+        return array.reshape(expected)
+    if array.shape != expected:
+        raise ContributionError(f"expected a matrix of shape {expected}, got shape {array.shape}")
     return array

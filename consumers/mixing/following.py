@@ -5,6 +5,11 @@ that reads the contributions topic ``read_committed`` into the
 :class:`~consumers.mixing.ledger.MixLedger` (which mixes each complete round), catches up with
 its end, and hands each newly mixed model and the ``/stats`` ``mixing`` section to the engine.
 It is a base class of the runner and shares its state (the attributes declared below).
+
+A record the follower refuses (:class:`~consumers.mixing.contribution.ContributionError`) is
+logged with its fix and counted by reason; the newest refused record of this group is kept until
+the mix next advances, and while the mix is awaited :attr:`~ContributionsFollowing.mix_blocked`
+says why it cannot advance (the runner is then not ready).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kafka import TopicPartition
 
@@ -40,6 +46,41 @@ END_CHECK_INTERVAL_S = 0.5
 BoundFactory = Callable[[int], DistributedBound]
 
 
+class RefusalObserver(Protocol):
+    """Told of every contributions record the follower refuses (the service's
+    ``novikoff_mixing_contributions_refused_total``)."""
+
+    def on_contribution_refused(self, reason: str) -> None:
+        """One refused record; ``reason`` is one of ``REFUSAL_REASONS``."""
+
+
+class NullRefusalObserver:
+    """Counts nothing."""
+
+    def on_contribution_refused(self, reason: str) -> None:
+        """Ignore the refusal."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The newest refused contributions record of this group (or of no readable group)."""
+
+    offset: int
+    reason: str
+    detail: str
+    fix: str
+
+
+def _group_of(key: bytes | None) -> str | None:
+    """The group a record key ``group:partition:round`` names (``None``: no such key).
+
+    >>> _group_of(b"novikoff:3:12"), _group_of(b"junk"), _group_of(None)
+    ('novikoff', None, None)
+    """
+    parts = (key or b"").decode(errors="replace").rsplit(":", 2)
+    return parts[0] if len(parts) == 3 else None
+
+
 class ContributionsFollowing:
     """Follows the contributions topic and serves the mixed models (a base of the runner)."""
 
@@ -62,6 +103,9 @@ class ContributionsFollowing:
     _end_checked_at: float
     _published_round: int
     _progress_at: float
+    _lock: threading.Lock
+    _refusal: Refusal | None
+    _refusal_observer: RefusalObserver
 
     def _follow_only(self) -> None:
         """A replica's turn: follow the contributions, check the end of their log now and then."""
@@ -105,14 +149,54 @@ class ContributionsFollowing:
         assert ledger is not None
         for records in polled.values():
             for record in records:
-                try:
-                    contribution = Contribution.decode(record.value)
-                    if contribution.group == self._settings.group:
-                        ledger.add(contribution)
-                except ContributionError as exc:
-                    logger.error("contributions record @%d skipped: %s", record.offset, exc)
+                self._take(ledger, record.offset, record.key, record.value)
         if self._published_round >= 0 and ledger.current.round != self._published_round:
             self._publish(ledger)
+
+    def _take(self, ledger: MixLedger, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Feed the ledger one contributions record; count and remember a refused one."""
+        mixed = ledger.current.round
+        try:
+            contribution = Contribution.decode(value)
+            if contribution.group == self._settings.group:
+                ledger.add(contribution)
+        except ContributionError as exc:
+            logger.error(
+                "contributions record @%d skipped (%s): %s; fix: %s",
+                offset,
+                exc.reason,
+                exc,
+                exc.fix,
+            )
+            try:
+                self._refusal_observer.on_contribution_refused(exc.reason)
+            except Exception as observer_error:
+                logger.warning("refusal observer failed: %r", observer_error)
+            if _group_of(key) in (self._settings.group, None):
+                self._refusal = Refusal(offset, exc.reason, str(exc), exc.fix)
+            return
+        if ledger.current.round != mixed:
+            self._refusal = None  # the mix advanced past whatever was refused
+
+    @property
+    def mix_blocked(self) -> str | None:
+        """Why the mix cannot advance, when contributions of this group were refused since it
+        last did and it is awaited (a replica always awaits it; a learner, once one of its shards
+        has committed a round the mix lacks); ``None`` otherwise."""
+        refusal, ledger = self._refusal, self._ledger
+        if refusal is None or ledger is None:
+            return None
+        mixed = ledger.current.round
+        if self._learns:
+            with self._lock:
+                committed = [round_ for round_, _ in self._positions.values()]
+            if not any(round_ > mixed for round_ in committed):
+                return None
+        return (
+            f"the mix cannot advance past round {mixed}: contributions record @{refusal.offset} "
+            f"of {self._options.contributions_topic} was refused ({refusal.reason}: "
+            f"{refusal.detail}); fix: {refusal.fix}"
+        )
 
     def _catch_up(self) -> None:
         """Read the contributions topic up to its end as of now (everything committed before)."""

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from consumers.mixing.contribution import Contribution
+from consumers.mixing.contribution import Contribution, ContributionError
 from learning.mixing import DistributedBound, mix_uniform
 
 logger = logging.getLogger(__name__)
@@ -118,13 +118,34 @@ class MixLedger:
 
         A second contribution of the same (partition, round) is ignored (it can only be the same
         round replayed; with ``round_seconds = 0`` it is identical).
+
+        Raises
+        ------
+        ContributionError
+            When the contribution cannot be mixed here: its partition is not one of the topic's
+            (``partition``), or its matrices do not fit this model and bound (``shape``).
         """
         p, r = contribution.partition, contribution.round
         if not 0 <= p < self.partitions:
-            logger.error(
-                "contribution of partition %d ignored: the topic has %d", p, self.partitions
+            raise ContributionError(
+                f"contribution of partition {p}, but the events topic has {self.partitions}",
+                "partition",
             )
-            return False
+        width = self._current.weights.shape[1]
+        for name, matrix in (
+            ("weights", contribution.weights),
+            ("averaged", contribution.averaged),
+        ):
+            if matrix.ndim != 2 or matrix.shape[1] != width:
+                raise ContributionError(
+                    f"partition {p}'s {name} have shape {matrix.shape}; the model has {width} "
+                    "coordinates",
+                    "shape",
+                )
+        try:
+            self.bound.check_fits(contribution.bound)
+        except ValueError as exc:
+            raise ContributionError(str(exc), "shape") from None
         if r <= self._current.round or p in self._pending.get(r, {}):
             logger.warning("duplicate contribution of partition %d, round %d ignored", p, r)
             return False

@@ -57,6 +57,9 @@ from consumers.mixing.following import (
     CONTRIBUTIONS_PARTITION,
     WAITING_POLL_MS,
     BoundFactory,
+    NullRefusalObserver,
+    Refusal,
+    RefusalObserver,
     logger,
 )
 from consumers.mixing.ledger import MixLedger
@@ -126,6 +129,9 @@ class MixingRunner(WorkerHealth, ShardRounds):
         kafka-python clients (tests may pass their own).
     fault_observer
         Told of every Kafka client error (the service's ``novikoff_consumer_errors_total``).
+    refusal_observer
+        Told of every contributions record refused (the service's
+        ``novikoff_mixing_contributions_refused_total``).
     learns
         ``False`` for a read replica: no events consumer, no group, no shard; it only follows the
         contributions topic and serves the mixed models (:attr:`caught_up_at` says how fresh).
@@ -147,10 +153,13 @@ class MixingRunner(WorkerHealth, ShardRounds):
         producer_builder: ProducerBuilder = kafka_transactional_producer,
         learns: bool = True,
         fault_observer: FaultObserver | None = None,
+        refusal_observer: RefusalObserver | None = None,
     ) -> None:
         self._engine = engine
         self._learns = learns
         self._fault_observer = fault_observer or NullFaultObserver()
+        self._refusal_observer = refusal_observer or NullRefusalObserver()
+        self._refusal: Refusal | None = None
         self._fault: ConsumerFault | None = None
         self._reported: set[tuple[FaultKind, str]] = set()
         self._caught_up_at: float | None = None
@@ -199,6 +208,19 @@ class MixingRunner(WorkerHealth, ShardRounds):
     def caught_up_at(self) -> float | None:
         """When this instance last knew it held every committed contribution (monotonic)."""
         return self._caught_up_at
+
+    @property
+    def connected(self) -> bool:
+        """Whether the runner reaches Kafka and the mix is not blocked by refused contributions
+        (what ``/readyz`` reports: a blocked mix serves a model that cannot get newer)."""
+        return self._connected and self.mix_blocked is None
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the runner is not ready (``None`` when it is): Kafka, or a blocked mix."""
+        if not self._connected:
+            return self._reason
+        return self.mix_blocked
 
     @property
     def problem(self) -> str | None:
@@ -285,6 +307,7 @@ class MixingRunner(WorkerHealth, ShardRounds):
         follower.seek_to_beginning(contributions)
         self._follower = follower
         self._ledger = None  # rebuilt from the start of the contributions topic
+        self._refusal = None
         self._published_round = -1
         if not self._learns:
             return

@@ -21,6 +21,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from consumers.faults import FAULT_KINDS, ConsumerFault
+from consumers.mixing.contribution import REFUSAL_REASONS
 from consumers.reports import BatchReport, CheckpointReport, PartitionProgress
 from service.observability.snapshot_collector import Snapshot, SnapshotCollector
 
@@ -127,6 +128,15 @@ class Metrics:
         )
         for kind in FAULT_KINDS:
             self._consumer_errors.labels(kind=kind)
+        self._contributions_refused = counter(
+            "novikoff_mixing_contributions_refused",
+            "Mixing: contributions records the follower refused, by reason: malformed, format "
+            "(another version's), partition (not one of the events topic's), shape (another "
+            "model or bound); while they keep the mix from advancing, /readyz says why.",
+            ["reason"],
+        )
+        for reason in REFUSAL_REASONS:
+            self._contributions_refused.labels(reason=reason)
         self._auth_failures = counter(
             "novikoff_http_auth_failures",
             "Requests to protected routes refused: no token (missing), a wrong token (invalid), "
@@ -176,6 +186,10 @@ class Metrics:
     def on_consumer_error(self, fault: ConsumerFault) -> None:
         """Count one consumer error by its kind."""
         self._consumer_errors.labels(kind=fault.kind.value).inc()
+
+    def on_contribution_refused(self, reason: str) -> None:
+        """Count one refused contributions record by its reason (the mixing runner's observer)."""
+        self._contributions_refused.labels(reason=reason).inc()
 
     def watch_model_age(self, age: Callable[[], float | None]) -> None:
         """Export ``novikoff_model_age_seconds``, read from ``age`` at every scrape."""

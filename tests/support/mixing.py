@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from consumers.mixing.contribution import Contribution
 from learning.mixing import mix_uniform
 from learning.seeding import learner_weights, seed_learner
 from service.model import build_learner
-from service.settings import load_settings
+from service.settings import ModelSettings, load_settings
 from tests.support.faults import ConfiguredStream, FaultyService
 from tests.support.ledger import EventPlan, Planned, Produced
 from tests.support.poison import poison_catalogue
@@ -72,30 +72,44 @@ def planned_stream(
     return [item for row in mixed for item in row if item is not None]
 
 
-def offline_mix(
-    stream: ConfiguredStream, produced: Sequence[Produced], round_events: int
+Row = tuple[Any, Hashable]
+"""An event as published: its features (a list, or a mapping of names) and its label."""
+
+
+def ipm(
+    model: ModelSettings, partitions: Sequence[Sequence[Row]], round_events: int
 ) -> list[NDArray[np.float64]]:
-    """The mixed weights w⁽¹⁾, w⁽²⁾, ... of the produced stream (complete rounds only)."""
-    settings = load_settings(model={"dim": stream.dim})
-    by_partition: dict[int, list[Produced]] = {}
-    for record in sorted(produced, key=lambda r: (r.planned.partition, r.offset)):
-        if record.planned.reason is None:
-            by_partition.setdefault(record.planned.partition, []).append(record)
-    rounds = min(len(records) for records in by_partition.values()) // round_events
-    weights = learner_weights(build_learner(settings.model)) * 0.0
+    """The mixed weights w⁽¹⁾, w⁽²⁾, ... of IPM over ``partitions`` (each one's valid events in
+    offset order; complete rounds only), with learners built from ``model``."""
+    rounds = min(len(rows) for rows in partitions) // round_events
+    weights = learner_weights(build_learner(model)) * 0.0
     mixes = []
     for r in range(rounds):
         shards = []
-        for p in sorted(by_partition):
-            rows = by_partition[p][r * round_events : (r + 1) * round_events]
-            learner = seed_learner(build_learner(settings.model), weights)
-            X = learner.encoder.encode_batch([list(row.planned.features or ()) for row in rows])
-            y = np.array([row.planned.label for row in rows], dtype=np.float64)
-            learner.learn_batch(X, y)
+        for rows in partitions:
+            chunk = rows[r * round_events : (r + 1) * round_events]
+            learner = seed_learner(build_learner(model), weights)
+            X = learner.encoder.encode_batch([features for features, _ in chunk])
+            learner.learn_batch(X, learner.encode_labels([label for _, label in chunk]))
             shards.append(learner_weights(learner))
         weights = mix_uniform(shards)
         mixes.append(weights)
     return mixes
+
+
+def offline_mix(
+    stream: ConfiguredStream, produced: Sequence[Produced], round_events: int
+) -> list[NDArray[np.float64]]:
+    """The mixed weights w⁽¹⁾, w⁽²⁾, ... of the produced stream (complete rounds only)."""
+    by_partition: dict[int, list[Row]] = {}
+    for record in sorted(produced, key=lambda r: (r.planned.partition, r.offset)):
+        if record.planned.reason is None:
+            # The synthetic stream's labels are the default label map's keys, "1" and "-1".
+            label = f"{record.planned.label:g}"
+            features = list(record.planned.features or ())
+            by_partition.setdefault(record.planned.partition, []).append((features, label))
+    model = load_settings(model={"dim": stream.dim}).model
+    return ipm(model, [by_partition[p] for p in sorted(by_partition)], round_events)
 
 
 def instances(
