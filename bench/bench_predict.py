@@ -21,6 +21,10 @@ Records:
 
 * ``predict_c16_vs_fastapi_baseline``: requests/s with 16 concurrent connections, one instance
   per request (bar 2x);
+* ``predict_c16_token_vs_fastapi_baseline``: the same load on our app built with
+  ``http.auth = "token"`` (one token with the ``predict`` scope, from ``http.tokens_file``), every
+  request carrying it in ``Authorization: Bearer``, against the same baseline runs (bar 2x): what
+  access control costs per request;
 * ``predict_c16_p99_ms``: our p99 latency in that run against the 10 ms limit (bar 1x: below the
   limit);
 * ``predict_batch_per_s``: predictions/s of one 1,000-instance request at a time (one
@@ -78,10 +82,14 @@ P99_LIMIT_MS = 10.0
 BATCH_TARGET_PER_S = 500_000.0
 GRACEFUL_S = 2.0
 PREDICT_PATH = "/predict"
+JSON = "application/json"
+UNAUTHORIZED = 401
+BENCH_TOKEN = "bench-token-0123456789abcdef"
+"""The one valid token of the token run (a fixed test value, 16+ characters as tokens must be)."""
 
 _LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-local f = io.open("{body}", "rb")
+{extra_headers}local f = io.open("{body}", "rb")
 wrk.body = f:read("*a")
 f:close()
 """
@@ -167,12 +175,15 @@ def run_wrk(url: str, script: Path, connections: int, duration_s: int) -> LoadRe
     return parse_wrk(done.stdout)
 
 
-def wrk_script(directory: Path, name: str, body: bytes) -> Path:
-    """A wrk Lua script that POSTs ``body`` as JSON."""
+def wrk_script(
+    directory: Path, name: str, body: bytes, headers: dict[str, str] | None = None
+) -> Path:
+    """A wrk Lua script that POSTs ``body`` as JSON, with ``headers`` added to every request."""
     body_path = directory / f"{name}.json"
     body_path.write_bytes(body)
+    extra = "".join(f'wrk.headers["{key}"] = "{value}"\n' for key, value in (headers or {}).items())
     script = directory / f"{name}.lua"
-    script.write_text(_LUA.format(body=body_path))
+    script.write_text(_LUA.format(body=body_path, extra_headers=extra))
     return script
 
 
@@ -242,10 +253,14 @@ def served(app: Any) -> Iterator[str]:
         server.stop(GRACEFUL_S * 2)
 
 
-def check_same_prediction(our_url: str, base_url: str, body: bytes) -> dict[str, Any]:
+def check_same_prediction(
+    our_url: str, base_url: str, body: bytes, our_headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Both apps answer the benchmark request with the same label and score."""
     headers = {"content-type": "application/json"}
-    ours = httpx.post(our_url + PREDICT_PATH, content=body, headers=headers).json()
+    ours = httpx.post(
+        our_url + PREDICT_PATH, content=body, headers={**headers, **(our_headers or {})}
+    ).json()
     base = httpx.post(base_url + PREDICT_PATH, content=body, headers=headers).json()
     same = str(ours["label"]) == str(base["label"]) and math.isclose(
         ours["score"], base["score"], rel_tol=1e-12, abs_tol=1e-12
@@ -273,6 +288,23 @@ def interleaved(
     return results
 
 
+def token_settings(settings: Settings, directory: Path) -> Settings:
+    """``settings`` with ``http.auth = "token"`` and :data:`BENCH_TOKEN` as its one token."""
+    tokens_file = directory / "tokens"
+    tokens_file.write_text(f"predict:{BENCH_TOKEN}\n")
+    http = settings.http.model_copy(update={"auth": "token", "tokens_file": tokens_file})
+    return settings.model_copy(update={"http": http})
+
+
+def check_refused_without_token(url: str, body: bytes) -> None:
+    """The token run's app refuses a request without the token (its guard is on)."""
+    answer = httpx.post(url + PREDICT_PATH, content=body, headers={"content-type": JSON})
+    if answer.status_code != UNAUTHORIZED:
+        raise ResultMismatchError(
+            f"the token app answered {answer.status_code} without a token, not {UNAUTHORIZED}"
+        )
+
+
 def run(quick: bool = False) -> list[BenchRecord]:
     """Every HTTP prediction benchmark."""
     duration = QUICK_DURATION_S if quick else DURATION_S
@@ -296,15 +328,25 @@ def run(quick: bool = False) -> list[BenchRecord]:
     )
     with tempfile.TemporaryDirectory(prefix="novikoff-bench-") as tmp:
         directory = Path(tmp)
+        bearer = {"Authorization": f"Bearer {BENCH_TOKEN}"}
         one_script = wrk_script(directory, "one", one)
+        token_script = wrk_script(directory, "token", one, bearer)
         batch_script = wrk_script(directory, "batch", batch)
         ours_app = service_app(settings, engine)
+        token_app = service_app(token_settings(settings, directory), engine)
         base_app = baseline_app(np.asarray(predictor.averaged_weights), predictor.version)
-        with served(ours_app) as ours_url, served(base_app) as base_url:
+        with (
+            served(ours_app) as ours_url,
+            served(token_app) as token_url,
+            served(base_app) as base_url,
+        ):
             agreement = check_same_prediction(ours_url, base_url, one)
+            token_agreement = check_same_prediction(token_url, base_url, one, bearer)
+            check_refused_without_token(token_url, one)
             sides = {
                 "ours": lambda s: run_wrk(ours_url + PREDICT_PATH, one_script, CONCURRENCY, s),
                 "baseline": lambda s: run_wrk(base_url + PREDICT_PATH, one_script, CONCURRENCY, s),
+                "token": lambda s: run_wrk(token_url + PREDICT_PATH, token_script, CONCURRENCY, s),
             }
             results = interleaved(sides, rounds, duration)
             batch_side = {
@@ -314,6 +356,7 @@ def run(quick: bool = False) -> list[BenchRecord]:
             }
             batch_results = interleaved(batch_side, rounds, duration)["batch"]
     ours, base = best_of(results["ours"]), best_of(results["baseline"])
+    token = best_of(results["token"])
     batched = best_of(batch_results)
     common = {
         "load_generator": f"{wrk_version()}; {WRK_THREADS} thread, separate process",
@@ -346,6 +389,25 @@ def run(quick: bool = False) -> list[BenchRecord]:
                 "ours_runs_rps": [r.requests_per_s for r in results["ours"]],
                 "baseline_runs_rps": [r.requests_per_s for r in results["baseline"]],
                 "same_prediction": agreement,
+            },
+        ),
+        BenchRecord(
+            "predict_c16_token_vs_fastapi_baseline",
+            token.requests_per_s,
+            base.requests_per_s,
+            "requests/s",
+            "plain FastAPI + pydantic handler without access control, same dot product and runs",
+            bar=RATE_BAR,
+            details={
+                **common,
+                "concurrency": CONCURRENCY,
+                "auth": "token: one predict-scope token in http.tokens_file, sent on every request",
+                "ours_p50_ms": token.p50_ms,
+                "ours_p99_ms": token.p99_ms,
+                "ours_errors": token.errors,
+                "ours_runs_rps": [r.requests_per_s for r in results["token"]],
+                "baseline_runs_rps": [r.requests_per_s for r in results["baseline"]],
+                "same_prediction": token_agreement,
             },
         ),
         BenchRecord(

@@ -343,6 +343,48 @@ def only_numbers_in_features(body: bytes, instances: int, predictor: object) -> 
     return found == expected
 
 
+def may_nest_too_deep(body: bytes) -> bool:
+    """Whether ``body`` holds enough opening brackets to nest deeper than the consumer accepts.
+
+    Every level of nesting opens with ``[`` or ``{``, so a body with at most
+    ``MAX_NESTING_DEPTH`` of them (counted anywhere, strings included) cannot be too deep; two
+    byte counts cost far less than the compiled scan that gives the exact depth.
+
+    Examples
+    --------
+    >>> may_nest_too_deep(b'{"features": [1, 2]}')
+    False
+    >>> may_nest_too_deep(b"[" * 40 + b"]" * 40)
+    True
+    """
+    return body.count(b"[") + body.count(b"{") > MAX_NESTING_DEPTH
+
+
+def may_repeat_a_key(body: bytes, parsed: object) -> bool:
+    """Whether ``body``, which parsed as ``parsed``, may hold a key twice in one object.
+
+    Every string token of JSON text (key or value) carries at least two ``"`` bytes, and a
+    parsed object keeps one key per distinct name. So when ``parsed`` is an object and the body's
+    ``"`` bytes number exactly two per key and per string value at its top level, the body has
+    no other string token: no nested key and no repeated top-level key. Otherwise the exact
+    check (:func:`~consumers.decoding.events.duplicate_key`, a full parse) must decide.
+
+    Examples
+    --------
+    >>> body = b'{"features": [1], "predictor": "last"}'
+    >>> may_repeat_a_key(body, orjson.loads(body))
+    False
+    >>> may_repeat_a_key(b'{"features": [1], "features": [2]}', {"features": [2]})
+    True
+    >>> may_repeat_a_key(b'{"features": {"a": 1}}', {"features": {"a": 1}})
+    True
+    """
+    if type(parsed) is not dict:
+        return True
+    strings = len(parsed) + sum(type(value) is str for value in parsed.values())
+    return body.count(b'"') != 2 * strings
+
+
 def _parse(body: bytes) -> dict[str, Any]:
     if not body:
         raise Problem(
@@ -355,9 +397,9 @@ def _parse(body: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         request = _parse_like_the_consumer(body)
     else:
-        if nesting_depth(body) > MAX_NESTING_DEPTH:
+        if may_nest_too_deep(body) and nesting_depth(body) > MAX_NESTING_DEPTH:
             _parse_like_the_consumer(body)  # refuses it as too_deep, as the consumer does
-    repeated = duplicate_key(body.decode("utf-8"))
+    repeated = duplicate_key(body.decode("utf-8")) if may_repeat_a_key(body, request) else None
     if repeated is not None:
         raise _invalid(
             "",
