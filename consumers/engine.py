@@ -28,7 +28,8 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -72,16 +73,25 @@ class OffsetError(RuntimeError):
     """A batch would apply an offset that was already applied (or is out of order)."""
 
 
-def _labels_of(learner: LinearLearner) -> LabelLookup:
+def _labels_of(learner: LinearLearner, lock: threading.RLock | None = None) -> LabelLookup:
+    """The decoder's labels of ``learner``. A multiclass model whose classes are not declared
+    adds each new label as a class (under ``lock``, the engine's, when given)."""
     if isinstance(learner, MulticlassPerceptron):
-        return LabelLookup.multiclass(learner.class_labels)
+        if learner.classes is not None:
+            return LabelLookup.multiclass(learner.class_labels)
+
+        def grow(label: Hashable) -> int:
+            with lock or nullcontext():
+                return int(learner.encode_labels([label], grow=True)[0])
+
+        return LabelLookup.multiclass(learner.class_labels, grow=grow)
     if isinstance(learner, Perceptron):
         return LabelLookup.binary(learner.label_map)
     raise TypeError(f"unsupported learner {type(learner).__name__}")
 
 
 def _describe(learner: LinearLearner) -> dict[str, Any]:
-    """The static part of ``/model`` (changes only when a vocabulary grows)."""
+    """The static part of ``/model`` (it changes only when a vocabulary or the classes grow)."""
     encoder = learner.encoder
     dimension = int(learner.dimension)
     names = list(encoder.coordinate_names) if dimension <= MAX_LISTED_COORDINATES else None
@@ -326,9 +336,9 @@ class Engine(EnginePersistence):
         self._learner = learner
         self._tracker = tracker
         self._decoder = EventDecoder(
-            learner.encoder, _labels_of(learner), grow=learner.encoder.growable
+            learner.encoder, _labels_of(learner, self._lock), grow=learner.encoder.growable
         )
-        self._described: tuple[int, Mapping[str, Any]] | None = None
+        self._described: tuple[tuple[int, int], Mapping[str, Any]] | None = None
         self._rate_points.clear()
         self._publish()
 
@@ -394,9 +404,9 @@ class Engine(EnginePersistence):
         return snapshot
 
     def _description(self) -> Mapping[str, Any]:
-        dimension = self._learner.dimension
-        if self._described is None or self._described[0] != dimension:
-            self._described = (dimension, _describe(self._learner))
+        shape = (self._learner.dimension, len(classes_of(self._learner)))
+        if self._described is None or self._described[0] != shape:
+            self._described = (shape, _describe(self._learner))
         return self._described[1]
 
     def _notify_batch(self, report: BatchReport) -> None:

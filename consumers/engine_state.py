@@ -52,6 +52,19 @@ class IncompatibleCheckpointError(RuntimeError):
     """A checkpoint holds a model of another shape or kind than the configured one."""
 
 
+def _same_labels(one: LinearLearner, other: LinearLearner) -> bool:
+    """Whether two learners predict the same labels: both multiclass models that discover their
+    classes as they appear (a later state holds more of them, an earlier fewer), or neither, with
+    equal lists."""
+    discovering = [
+        isinstance(learner, MulticlassPerceptron) and learner.classes is None
+        for learner in (one, other)
+    ]
+    if any(discovering):
+        return all(discovering)
+    return classes_of(one) == classes_of(other)
+
+
 def classes_of(learner: LinearLearner) -> list[Any]:
     """The labels (binary) or classes (multiclass) a learner predicts, in its order."""
     if isinstance(learner, MulticlassPerceptron):
@@ -225,7 +238,7 @@ class EnginePersistence:
             "vocabulary": None
         }:
             problems.append(f"encoder {learner.encoder!r} != {current.encoder!r}")
-        if classes_of(learner) != classes_of(current):
+        if not _same_labels(learner, current):
             problems.append("labels or classes differ")
         if tracker is None:
             problems.append("no bound tracker saved")

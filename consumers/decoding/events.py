@@ -263,7 +263,8 @@ class EventDecoder:
         event_id = _check_id(obj[ID]) if ID in obj else None
         if TS in obj:
             _check_ts(obj[TS])
-        target = self._labels.encode(obj[LABEL])
+        label = obj[LABEL]
+        target = self._labels.find(label)
         try:
             x: Matrix = (
                 validate_features(obj[FEATURES], self._encoder, grow=self._grow)
@@ -272,6 +273,10 @@ class EventDecoder:
             )
         except FeatureError as exc:
             raise InvalidEventError(exc.code, _clip(exc.message)) from None
+        if target is None:
+            # Only a valid event adds a class, and the compiled tier learns it for what follows.
+            target = self._labels.add(label)
+            self._compiled = compiled_reader(self._encoder, self._labels)
         return Event(x=x, y=target, event_id=event_id)
 
     # -- the bulk path --------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,9 @@ class LabelLookup:
         Boolean labels → target (only a boolean label map has them).
     expected
         How to describe the valid labels in an error message.
+    grow
+        Adds a new label to the model and returns its target (a multiclass model whose classes
+        are discovered as they appear); ``None``: the labels are fixed.
 
     Examples
     --------
@@ -53,11 +56,13 @@ class LabelLookup:
         dtype: type[np.float64] | type[np.int64],
         booleans: Mapping[bool, float | int] | None = None,
         expected: str = "",
+        grow: Callable[[Hashable], int] | None = None,
     ) -> None:
         self._table = dict(table)
         self._dtype = dtype
         self._booleans = dict(booleans or {})
         self._expected = expected or f"one of {sorted(map(str, self._table))}"
+        self._grow = grow
 
     @classmethod
     def binary(cls, label_map: LabelMap) -> LabelLookup:
@@ -69,14 +74,21 @@ class LabelLookup:
         )
 
     @classmethod
-    def multiclass(cls, classes: ClassIndex | Sequence[Hashable]) -> LabelLookup:
-        """The lookup of a multiclass model: class label → class index."""
+    def multiclass(
+        cls,
+        classes: ClassIndex | Sequence[Hashable],
+        grow: Callable[[Hashable], int] | None = None,
+    ) -> LabelLookup:
+        """The lookup of a multiclass model: class label → class index (``grow``: adds a class
+        the model has not seen, see :class:`LabelLookup`)."""
         labels = classes.labels if isinstance(classes, ClassIndex) else tuple(classes)
-        return cls._build(
+        lookup = cls._build(
             [(label, index) for index, label in enumerate(labels)],
             np.int64,
             f"one of the classes {list(labels)}",
         )
+        lookup._grow = grow
+        return lookup
 
     @classmethod
     def _build(
@@ -85,20 +97,25 @@ class LabelLookup:
         dtype: type[np.float64] | type[np.int64],
         expected: str,
     ) -> LabelLookup:
-        table: dict[Hashable, float | int] = {}
-        booleans: dict[bool, float | int] = {}
-        aliases: dict[Hashable, float | int] = {}
+        lookup = cls({}, dtype, expected=expected)
+        pairs = list(pairs)
         for label, target in pairs:
-            if type(label) is bool:
-                booleans[label] = target
-                continue
-            table[label] = target
+            lookup._add(label, target)
+        for label, target in pairs:
             alias = _integer_alias(label)
             if alias is not None:
-                aliases[alias] = target
-        for alias_label, alias_target in aliases.items():
-            table.setdefault(alias_label, alias_target)
-        return cls(table, dtype, booleans, expected)
+                lookup._table.setdefault(alias, target)
+        return lookup
+
+    def _add(self, label: Hashable, target: float | int) -> None:
+        if type(label) is bool:
+            self._booleans[label] = target
+        else:
+            self._table[label] = target
+
+    def __len__(self) -> int:
+        """Labels known, aliases included: it grows exactly when a label is added."""
+        return len(self._table) + len(self._booleans)
 
     @property
     def dtype(self) -> type[np.float64] | type[np.int64]:
@@ -109,18 +126,36 @@ class LabelLookup:
         """(label, target) for every non-boolean label, aliases included."""
         return list(self._table.items())
 
-    def encode(self, label: object) -> float | int:
-        """The target of one label, or :class:`InvalidEventError` (``unknown_label``)."""
+    def find(self, label: object) -> float | int | None:
+        """The target of one label; ``None`` for a new label that :meth:`add` will take;
+        else :class:`InvalidEventError` (``unknown_label``)."""
         kind = type(label)
         found: float | int | None = None
         if isinstance(label, bool):
             found = self._booleans.get(label)
         elif kind in _LABEL_TYPES:
             found = self._table.get(label)
-        if found is None:
+        if found is None and not (self._grow is not None and kind in _LABEL_TYPES | {bool}):
             shown = _clip(repr(label))
             raise InvalidEventError(UNKNOWN_LABEL, f"label {shown} is not {self._expected}")
         return found
+
+    def add(self, label: object) -> float | int:
+        """Adds a label :meth:`find` called new to the model; its target."""
+        if self._grow is None:
+            raise TypeError("this label lookup is fixed")
+        target = self._grow(label)
+        self._add(label, target)
+        alias = _integer_alias(label)
+        if alias is not None:
+            self._table.setdefault(alias, target)
+        return target
+
+    def encode(self, label: object) -> float | int:
+        """The target of one label, adding a new one when the lookup grows, or
+        :class:`InvalidEventError` (``unknown_label``)."""
+        found = self.find(label)
+        return self.add(label) if found is None else found
 
     def encode_all(self, labels: list[Any]) -> NDArray[Any] | None:
         """Targets of many labels, or ``None`` when any label is not plainly known.

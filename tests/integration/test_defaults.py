@@ -305,28 +305,14 @@ def learned_everything(stats: dict[str, Any]) -> bool:
     return bool(stats["seen"] == EVENTS and stats["model_version"] > 0 and stats["ready"])
 
 
-DISCOVERED_CLASSES_DEFECT = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a multiclass model with discovered classes (model.classes = [], the default) "
-        "dead-letters every event as unknown_label: the decoder's label lookup is built from "
-        "the learner's empty class list and never grows (consumers.engine._labels_of); "
-        "mixing declares its classes and is not affected"
-    ),
-)
-
-
 def cells() -> list[Any]:
-    """Every (mode, references, variant); the discovered-classes cells are expected to fail."""
+    """Every (mode, references, variant)."""
     return [
         pytest.param(
             mode,
             references,
             variant,
             id=f"{mode}-{references}-{variant}",
-            marks=[DISCOVERED_CLASSES_DEFECT]
-            if variant == "multiclass-dense" and mode != "mixing"
-            else [],
         )
         for mode in MODES
         for references in REFERENCES

@@ -261,3 +261,53 @@ def test_multiclass_engine() -> None:
     assert eng.snapshot.seen == 2
     assert eng.snapshot.model["variant"] == "multiclass"
     assert len(eng.snapshot.model["weights"]["last"]) == 3
+
+
+def test_a_multiclass_engine_discovers_its_classes() -> None:
+    eng = Engine(MulticlassPerceptron(encoder=DenseEncoder(2)), BoundTracker(multiclass=True))
+    values = [
+        orjson.dumps({"features": [1, 0], "label": "a"}),
+        orjson.dumps({"features": [1], "label": "never"}),
+        orjson.dumps({"features": [0, 1], "label": "c"}),
+        orjson.dumps({"features": [1, 1], "label": "a"}),
+        orjson.dumps({"features": [2, 1], "label": 7}),
+    ]
+    decoded = batch(eng, values)
+    assert decoded.y.tolist() == [0, 1, 0, 2]
+    assert [r.reason for r in decoded.rejections] == ["wrong_dimension"]
+    eng.apply(decoded)
+    assert eng.snapshot.seen == 4
+    assert eng.snapshot.model["classes"] == ["a", "c", 7]
+    assert len(eng.snapshot.model["weights"]["last"]) == 3
+    # The compiled tier now knows the discovered classes: a second batch needs no growth.
+    again = batch(eng, [orjson.dumps({"features": [0, 1], "label": "c"})])
+    assert again.y.tolist() == [1]
+
+
+def test_declared_classes_never_grow() -> None:
+    eng = Engine(
+        MulticlassPerceptron(["a", "b"], encoder=DenseEncoder(2)), BoundTracker(multiclass=True)
+    )
+    decoded = batch(eng, [orjson.dumps({"features": [1, 0], "label": "z"})])
+    assert [r.reason for r in decoded.rejections] == ["unknown_label"]
+    assert eng.learner.n_classes == 2
+
+
+def test_discovered_classes_restore_into_a_discovering_model_only(tmp_path: Path) -> None:
+    def discovering() -> Engine:
+        return Engine(MulticlassPerceptron(encoder=DenseEncoder(1)), BoundTracker(multiclass=True))
+
+    eng = discovering()
+    eng.apply(batch(eng, [orjson.dumps({"features": [1], "label": "a"})]))
+    store = CheckpointStore(tmp_path)
+    eng.checkpoint(store)
+    grown = discovering()
+    grown.apply(batch(grown, [orjson.dumps({"features": [2], "label": "b"})]))
+    assert grown.restore(store).restored
+    assert grown.snapshot.model["classes"] == ["a"]
+    # Control: a model that declares the same classes is another model.
+    declared = Engine(
+        MulticlassPerceptron(["a"], encoder=DenseEncoder(1)), BoundTracker(multiclass=True)
+    )
+    with pytest.raises(IncompatibleCheckpointError, match="classes differ"):
+        declared.restore(store)
